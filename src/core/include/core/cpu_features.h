@@ -1,0 +1,27 @@
+// CPU feature detection (cpuid + xgetbv, so OS support for wide registers is checked too).
+//
+// TIERSERVE_ISA=scalar|avx2|avx512 caps the detected level, so tests and benchmarks can
+// force each kernel path on one machine.
+#pragma once
+
+#include <string>
+
+namespace ts {
+
+struct CpuFeatures {
+  bool avx2 = false;        // with FMA and F16C
+  bool avx512 = false;      // F + BW + VL + DQ
+  bool avx512_vnni = false;
+  bool avx512_bf16 = false;
+  bool amx_int8 = false;    // AMX-TILE + AMX-INT8, and the OS granted tile state
+  bool amx_bf16 = false;
+  std::string to_string() const;  // "avx2 avx512 vnni bf16"
+};
+
+// Detected once, then capped by TIERSERVE_ISA.
+const CpuFeatures& cpu_features();
+
+// Detected features capped at `isa` ("scalar", "avx2", "avx512", "native").
+CpuFeatures cap_features(const CpuFeatures& f, const std::string& isa);
+
+}  // namespace ts

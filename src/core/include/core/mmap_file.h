@@ -1,0 +1,39 @@
+// A read-only memory mapping of a whole file. Model weights are used in place from the
+// mapping, never copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace ts {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only. Errors: kNotFound (missing), kIo (not a regular file, mmap
+  // failed). An empty file maps to an empty span.
+  static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  // Ask the kernel to read the whole mapping ahead (used before warm-up).
+  void advise_willneed() const;
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace ts

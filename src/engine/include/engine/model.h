@@ -1,0 +1,83 @@
+// The engine's public entry points for one model file: load it (mmapped, validated) and
+// evaluate tokens of a sequence against a KV cache.
+//
+// This single-sequence API is what the CLI and the numeric tests use; the batching engine
+// (engine.step(plan), DESIGN.md) builds on the same forward pass, which already takes a
+// batch of tokens with explicit positions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "gguf/gguf.h"
+
+namespace ts::engine {
+
+struct ModelOptions {
+  int n_threads = 0;  // 0: one per core
+};
+
+class ModelImpl;
+
+// Hyperparameters read from GGUF metadata (names in engine/arch_names.h).
+struct ModelConfig {
+  std::string arch;        // "llama", "qwen2", "qwen3", ...
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;
+};
+
+class Model {
+ public:
+  // Errors: kNotFound (missing file), kDataLoss (malformed GGUF, missing tensor, wrong
+  // shape), kUnimplemented (unknown architecture or tensor type).
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& opts = {});
+  ~Model();
+
+  const ModelConfig& config() const;
+  const gguf::File& gguf() const;
+  // Bytes of weights one decode step reads (for the achieved-GB/s figure).
+  uint64_t weight_bytes() const;
+  ModelImpl& impl() { return *impl_; }
+
+ private:
+  Model() = default;
+  std::unique_ptr<ModelImpl> impl_;
+};
+
+class ContextImpl;
+
+// One sequence's KV cache and scratch buffers.
+class Context {
+ public:
+  // n_ctx <= 0: the model's training context, capped at 4096.
+  static Result<std::unique_ptr<Context>> create(Model& model, int64_t n_ctx = 0);
+  ~Context();
+
+  int64_t n_ctx() const;
+  int64_t n_past() const;  // tokens already in the KV cache
+  void reset();            // forget the sequence
+
+  // Appends `tokens` at positions n_past.. and computes their logits (all rows when
+  // all_logits, else only the last). kOutOfRange when the context would overflow;
+  // kInvalidArgument for an id outside the vocabulary or an empty span.
+  Status eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+  // Logits (n_vocab floats) of row `i` of the last eval (i = 0 is its last token when
+  // !all_logits).
+  std::span<const float> logits(int64_t i = 0) const;
+
+ private:
+  Context() = default;
+  std::unique_ptr<ContextImpl> impl_;
+};
+
+}  // namespace ts::engine

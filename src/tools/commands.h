@@ -1,0 +1,11 @@
+// Subcommands of the `tierserve` binary. Each lives in its own cmd_*.cc file and returns
+// the process exit code (0 ok, 1 runtime error, 2 usage error).
+#pragma once
+
+namespace ts::tools {
+
+int cmd_gguf_info(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_make_model(int argc, char** argv);
+
+}  // namespace ts::tools

@@ -1,0 +1,43 @@
+// tierserve: one binary, many subcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"run", ts::tools::cmd_run, "generate text from a prompt"},
+    {"gguf-info", ts::tools::cmd_gguf_info, "print a GGUF file's metadata and tensors"},
+    {"make-model", ts::tools::cmd_make_model, "write a deterministic random-weight GGUF model"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: tierserve <command> [options]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+  std::fprintf(out, "\n`tierserve <command> --help` describes a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) return c.fn(argc - 1, argv + 1);
+  std::fprintf(stderr, "tierserve: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
