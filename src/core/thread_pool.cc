@@ -13,45 +13,62 @@
 
 namespace ts {
 namespace {
-// How long a worker spins for the next job before sleeping. Decode issues a job every few
-// microseconds, so spinning keeps wake-up latency off the critical path.
-constexpr int kSpinIterations = 1 << 16;
+// How long an idle worker polls for the next job before sleeping: decode issues a job
+// every few microseconds, so polling keeps wake-up latency off the critical path; past a
+// few thousand pauses it yields so a busy machine's other threads get the core.
+constexpr int kPauseSpins = 4096;
+constexpr int kYieldSpins = 1 << 14;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_.store(true);
-    epoch_.fetch_add(1);
+    generation_.fetch_add(1);
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::drain(uint32_t gen) {
+  const uint64_t n = uint64_t(n_threads_);
+  uint64_t c = claim_.load();
+  for (;;) {
+    if (uint32_t(c >> 32) != gen || (c & 0xffffffffu) >= n) return;
+    if (claim_.compare_exchange_weak(c, c + 1)) {
+      // A successful claim of generation `gen` means its job is published and the caller
+      // cannot leave run() before this worker leaves drain().
+      (*job_.load())(int(c & 0xffffffffu), n_threads_);
+      c = claim_.load();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t e = epoch_.load(std::memory_order_acquire);
-    for (int spin = 0; e == seen && spin < kSpinIterations; ++spin) {
-      if (spin < 4096) TS_PAUSE();
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; g == seen && spin < kYieldSpins; ++spin) {
+      if (spin < kPauseSpins) TS_PAUSE();
       else std::this_thread::yield();
-      e = epoch_.load(std::memory_order_acquire);
+      g = generation_.load(std::memory_order_acquire);
     }
-    if (e == seen) {
+    if (g == seen) {
       std::unique_lock<std::mutex> lk(mu_);
       sleepers_.fetch_add(1);
-      cv_.wait(lk, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      cv_.wait(lk, [&] { return generation_.load() != seen; });
       sleepers_.fetch_sub(1);
-      e = epoch_.load(std::memory_order_acquire);
+      g = generation_.load();
     }
-    seen = e;
+    seen = g;
     if (stop_.load()) return;
-    (*job_)(index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_add(1);
+    drain(uint32_t(g));
+    active_.fetch_sub(1);
   }
 }
 
@@ -60,22 +77,22 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  const uint64_t g = generation_.load() + 1;
+  job_.store(&fn);
+  claim_.store(uint64_t(uint32_t(g)) << 32);
   {
     // Publishing under the mutex pairs with the sleepers' predicate check, so no wake-up
-    // is lost; spinning workers see the epoch change without it.
+    // is lost; polling workers see the generation change without it.
     std::lock_guard<std::mutex> lk(mu_);
-    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.store(g);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
-  fn(0, n_threads_);
-  // Spin, then yield: when threads outnumber cores the workers need the CPU we would burn.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < 4096) TS_PAUSE();
+  drain(uint32_t(g));
+  // Every item is claimed; wait for the workers still running theirs.
+  for (int spin = 0; active_.load() != 0; ++spin) {
+    if (spin < kPauseSpins) TS_PAUSE();
     else std::this_thread::yield();
   }
-  job_ = nullptr;
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,

@@ -29,6 +29,14 @@ TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {
   }
 }
 
+TEST(ThreadPool, ItemsRunOnceEvenWhenThreadsOutnumberCores) {
+  // 8 threads on a 2-core machine: descheduled workers must not stall or duplicate work.
+  ThreadPool pool(8);
+  std::vector<std::atomic<int>> hits(8);
+  for (int rep = 0; rep < 2000; ++rep) pool.run([&](int i, int) { hits[i]++; });
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(hits[i].load(), 2000);
+}
+
 TEST(ThreadPool, WakesAfterSleeping) {
   ThreadPool pool(2);
   std::atomic<int> sum{0};

@@ -12,13 +12,22 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {
 
 struct ModelOptions {
-  int n_threads = 0;  // 0: one per core
+  int n_threads = 0;         // 0: one per core
+  // Repack the matrices into the kernels' interleaved layout at load: faster decode, but
+  // quantized weights then live in RAM as well as in the mapped file.
+  bool pack_weights = true;
+  // Attention rounding to reproduce: llama.cpp's flash-attention path (its default) or its
+  // path without flash attention (`-fa off`). See ops::AttnNumerics.
+  bool flash_attn_numerics = true;
 };
+
+class Architecture;
 
 class ModelImpl;
 
@@ -33,6 +42,11 @@ struct ModelConfig {
   int64_t head_dim = 0;
   int64_t n_ff = 0;
   int64_t n_ctx_train = 0;
+  // Rotary embedding and normalisation (for reporting; the architecture owns the math).
+  int64_t n_rot = 0;
+  double rope_freq_base = 10000.0;
+  double rms_eps = 1e-5;
+  std::string name;        // general.name, may be empty
 };
 
 class Model {
@@ -46,6 +60,9 @@ class Model {
   const gguf::File& gguf() const;
   // Bytes of weights one decode step reads (for the achieved-GB/s figure).
   uint64_t weight_bytes() const;
+  int n_threads() const;
+  const Architecture& arch() const;
+  ThreadPool& pool();
   ModelImpl& impl() { return *impl_; }
 
  private:
@@ -58,11 +75,15 @@ class ContextImpl;
 // One sequence's KV cache and scratch buffers.
 class Context {
  public:
-  // n_ctx <= 0: the model's training context, capped at 4096.
-  static Result<std::unique_ptr<Context>> create(Model& model, int64_t n_ctx = 0);
+  // n_ctx <= 0: the model's training context, capped at 4096. Prompts longer than n_batch
+  // are evaluated in chunks of n_batch tokens (each a batched matrix-matrix pass).
+  // kInvalidArgument for n_ctx or n_batch out of range.
+  static Result<std::unique_ptr<Context>> create(Model& model, int64_t n_ctx = 0, int64_t n_batch = 512);
   ~Context();
 
   int64_t n_ctx() const;
+  int64_t n_batch() const;
+  uint64_t kv_bytes() const;
   int64_t n_past() const;  // tokens already in the KV cache
   void reset();            // forget the sequence
 

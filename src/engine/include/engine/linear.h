@@ -1,0 +1,63 @@
+// Projections of a batch of activations by weight matrices, through kernels::matmul (one
+// kernel for any number of tokens, so batched and token-by-token evaluation agree bit for
+// bit), plus the helpers the forward passes share to keep thread-pool dispatches few.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+
+namespace ts::engine {
+
+// Jobs touching fewer bytes than this run on the calling thread: waking the pool costs
+// more than the work (tiny models, short contexts).
+inline constexpr int64_t kMinParallelBytes = 64 << 10;
+
+// fn(ith, nth) on every thread of the pool, or fn(0, 1) here when `work_bytes` is small.
+template <typename F>
+void run_sized(ThreadPool& pool, int64_t work_bytes, const F& fn) {
+  if (work_bytes < kMinParallelBytes || pool.n_threads() == 1) {
+    fn(0, 1);
+    return;
+  }
+  struct Args {
+    const F* fn;
+  } args{&fn};
+  pool.run([&args](int ith, int nth) { (*args.fn)(ith, nth); });
+}
+
+// A weight matrix as the forward pass uses it: the view into the mapped file and, after
+// pack(), the kernels' interleaved copy (faster decode, costs the matrix's size in RAM).
+class Matrix {
+ public:
+  Matrix() = default;
+  explicit Matrix(const kernels::WeightView& v) : view_(v) {}
+
+  const kernels::WeightView& view() const { return view_; }
+  bool packed() const { return packed_; }
+  void pack(ThreadPool* pool);
+  // Bytes one product reads.
+  uint64_t bytes() const;
+
+  // Y (n_tok x n_rows, row stride y_stride) = X W^T, X n_tok x n_cols (row stride x_stride).
+  void matmul(const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride, ThreadPool& pool) const;
+
+ private:
+  kernels::WeightView view_;
+  kernels::PackedWeight packed_w_;
+  bool packed_ = false;
+};
+
+enum class GateAct {
+  kSilu,      // SwiGLU (llama, qwen)
+  kGeluTanh,  // GeGLU with the tanh approximation (gemma)
+};
+
+// Gated FFN input: h = act(X Wg^T) * (X Wu^T). `tmp` holds n_tok x n_ff floats; h and tmp
+// have row stride n_ff.
+void linear_gated(const Matrix& gate, const Matrix& up, GateAct act, const float* x, int64_t x_stride,
+                  int64_t n_tok, float* h, float* tmp, ThreadPool& pool);
+
+}  // namespace ts::engine

@@ -1,0 +1,92 @@
+// The elementwise and attention primitives every architecture's forward pass is built
+// from. Each follows llama.cpp's CPU rounding (noted per function) so that our logits
+// agree with it to float rounding, not just "approximately".
+#pragma once
+
+#include <cstdint>
+
+#include "engine/kv_cache.h"
+
+namespace ts::engine::ops {
+
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight). Squares are summed in
+// double, the scale applied in float, as ggml_rms_norm + ggml_mul do. y may alias x.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotary position embedding of one head vector.
+struct RopeConfig {
+  int n_rot = 0;                        // rotated dimensions (even, <= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;              // 1 / linear scaling factor
+  const float* freq_factors = nullptr;  // n_rot/2 divisors of theta (llama3 rope_freqs)
+  bool neox = false;                    // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+};
+
+// cos/sin of every pair for position `pos`: cs[2i] = cos, cs[2i+1] = sin, i < n_rot/2.
+// theta_i = pos * base^(-2i/n_rot), built by repeated multiplication in float like
+// ggml's rope cache (the last bits of theta differ from a direct pow()).
+void rope_table(const RopeConfig& c, int32_t pos, float* cs);
+
+// Rotates the first n_rot dimensions of `x` in place with a table from rope_table.
+void rope_apply(const RopeConfig& c, const float* cs, float* x);
+
+// Which of llama.cpp's two CPU attention paths to reproduce (they round differently).
+enum class AttnNumerics {
+  // Flash attention (llama.cpp's default, `-fa auto/on`; the server goldens): online
+  // softmax with an F16 value accumulator rounded after every key.
+  kFlashF16,
+  // Without flash attention (`-fa off`, llama-cpp-python's default): plain softmax in
+  // F32, probabilities rounded to F16 before the product with V, accumulated in F32.
+  kSoftmaxF16,
+};
+
+// Halves a thread needs for attention_head: head_dim_k + head_dim_v.
+inline int64_t attention_scratch_halves(const KvShape& s) { return int64_t(s.head_dim_k) + s.head_dim_v; }
+
+// One query head attending to positions [0, n_kv) of a sequence's cache (causal masking is
+// the caller's choice of n_kv). llama.cpp's CPU flash-attention numerics: q is rounded to
+// F16, scores are F16 dot products accumulated in F32 and multiplied by `scale`, softmax
+// is computed online over positions in order with an F16 value accumulator.
+// `out` receives head_dim_v floats; `scratch` holds attention_scratch_halves halves.
+void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
+                    const KvSeqView& seq, int64_t n_kv, float scale, float* out, uint16_t* scratch,
+                    AttnNumerics numerics = AttnNumerics::kFlashF16);
+
+// Several queries attending to the same kv head of one sequence, query i to positions
+// [0, n_kv[i]): every query gets exactly attention_head's result, but each K/V row is read
+// and converted once for all of them (GQA groups, several prompt tokens). At most
+// kMaxGroupQueries queries; `scratch` holds attention_group_scratch_halves halves.
+inline constexpr int kMaxGroupQueries = 16;
+inline int64_t attention_group_scratch_halves(const KvShape& s) {
+  return kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * (int64_t(s.head_dim_k) + s.head_dim_v) +
+         2 * kMaxGroupQueries * s.head_dim_k + 64;
+}
+void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
+                     int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
+                     AttnNumerics numerics = AttnNumerics::kFlashF16);
+
+// Reference attention in double (tests): plain softmax(q.k * scale) v over the same F16
+// cache entries, without any F16 rounding of q or of the accumulator.
+void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
+                        const KvSeqView& seq, int64_t n_kv, float scale, float* out);
+
+// F32 -> F16 (round to nearest even) of n values.
+void to_f16(const float* x, uint16_t* y, int64_t n);
+
+// y = silu(g) * u, silu(g) = g / (1 + exp(-g)). y may alias g or u.
+void swiglu(const float* g, const float* u, float* y, int64_t n);
+
+// y = gelu(g) * u with gelu's tanh approximation, as ggml_geglu. y may alias g or u.
+void geglu_tanh(const float* g, const float* u, float* y, int64_t n);
+
+// y = gelu(g) * u exactly as llama.cpp's CPU backend computes ggml_geglu (GGML_GELU_FP16):
+// g <= -10 gives 0, g >= 10 gives g * u, otherwise g is rounded to F16 and its gelu (tanh
+// approximation) read from a table of F16 results. The F16 rounding moves values by up to
+// ~5e-4 relative against geglu_tanh; models matched token for token against llama.cpp
+// (gemma3) use this one. y may alias g or u.
+void geglu_tanh_f16(const float* g, const float* u, float* y, int64_t n);
+
+// y += x
+void add(float* y, const float* x, int64_t n);
+
+}  // namespace ts::engine::ops

@@ -1,0 +1,64 @@
+// Token sampling: a pure, seeded function of the logits and the tokens seen so far.
+//
+// The pipeline follows llama.cpp's default order so the same settings mean the same thing:
+//   penalties (repetition, frequency, presence over the last penalty_last_n tokens)
+//   -> top-k -> top-p -> min-p -> temperature -> draw from the softmax.
+// temperature <= 0 is greedy: the highest logit after penalties (lowest id on ties).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/status.h"
+
+namespace ts::engine {
+
+struct SamplingParams {
+  float temperature = 0.0f;       // <= 0: greedy
+  int32_t top_k = 0;              // <= 0: off
+  float top_p = 1.0f;             // 1: off
+  float min_p = 0.0f;             // 0: off
+  float repeat_penalty = 1.0f;    // 1: off; logit / p when > 0, logit * p otherwise
+  float frequency_penalty = 0.0f; // logit -= count * f
+  float presence_penalty = 0.0f;  // logit -= (count > 0) * p
+  int32_t penalty_last_n = 64;    // tokens of history the penalties look at (0: none)
+  uint64_t seed = 0;
+};
+
+// kInvalidArgument naming the parameter when a value is out of range or NaN.
+Status validate(const SamplingParams& p);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+
+  // The next token given n_vocab logits. Does not record it: call accept().
+  int32_t sample(std::span<const float> logits);
+  // Records a token (prompt or generated) for the penalties.
+  void accept(int32_t token);
+  // Forgets the history and reseeds.
+  void reset();
+
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  struct Cand {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  void apply_penalties(std::vector<Cand>& c);
+
+  SamplingParams p_;
+  Rng rng_;
+  std::vector<int32_t> history_;  // most recent last, at most penalty_last_n
+  std::vector<Cand> cands_;       // reused between calls
+  std::vector<int32_t> counts_;   // per token id, reused
+};
+
+// Index of the largest value (first on ties); -1 for an empty span.
+int32_t argmax(std::span<const float> v);
+
+}  // namespace ts::engine

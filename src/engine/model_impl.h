@@ -1,0 +1,38 @@
+// Private state behind Model and Context.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/arch.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "gguf/gguf.h"
+
+namespace ts::engine {
+
+class ModelImpl {
+ public:
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<Architecture> arch;
+  std::unique_ptr<ThreadPool> pool;
+};
+
+class ContextImpl {
+ public:
+  Model* model = nullptr;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 0;
+  int64_t n_past = 0;
+  int64_t n_vocab = 0;
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> blocks;  // identity block table: one sequence owns every cell
+  std::unique_ptr<Workspace> ws;
+  std::vector<float> logits;    // rows of the last eval
+  int64_t n_logit_rows = 0;
+  // Per-chunk batch description, sized n_batch once.
+  std::vector<int32_t> positions, seq, out_rows;
+};
+
+}  // namespace ts::engine

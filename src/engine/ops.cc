@@ -1,0 +1,229 @@
+#include "engine/ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cpu_features.h"
+#include "core/fp16.h"
+#include "ops_internal.h"
+
+namespace ts::engine::ops {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float mean = float(sum / double(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+void rope_table(const RopeConfig& c, int32_t pos, float* cs) {
+  const float theta_scale = std::pow(c.freq_base, -2.0f / float(c.n_rot));
+  float theta = float(pos);
+  for (int i = 0; i < c.n_rot / 2; ++i) {
+    const float ff = c.freq_factors ? c.freq_factors[i] : 1.0f;
+    const float th = c.freq_scale * (theta / ff);
+    cs[2 * i] = std::cos(th);
+    cs[2 * i + 1] = std::sin(th);
+    theta *= theta_scale;
+  }
+}
+
+void rope_apply(const RopeConfig& c, const float* cs, float* x) {
+  const int half = c.n_rot / 2;
+  if (c.neox) {
+    for (int i = 0; i < half; ++i) {
+      const float x0 = x[i], x1 = x[i + half];
+      const float co = cs[2 * i], si = cs[2 * i + 1];
+      x[i] = x0 * co - x1 * si;
+      x[i + half] = x0 * si + x1 * co;
+    }
+  } else {
+    for (int i = 0; i < half; ++i) {
+      const float x0 = x[2 * i], x1 = x[2 * i + 1];
+      const float co = cs[2 * i], si = cs[2 * i + 1];
+      x[2 * i] = x0 * co - x1 * si;
+      x[2 * i + 1] = x0 * si + x1 * co;
+    }
+  }
+}
+
+namespace {
+
+void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_head,
+                           const KvSeqView& seq, int64_t n_kv, float scale, float* out,
+                           uint16_t* scratch) {
+  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
+  uint16_t* q16 = scratch;
+  uint16_t* acc = scratch + dk;
+  for (int d = 0; d < dk; ++d) q16[d] = f32_to_fp16(q[d]);
+  std::memset(acc, 0, size_t(dv) * sizeof(uint16_t));
+  float m = -std::numeric_limits<float>::infinity();
+  float s_sum = 0.0f;
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const int64_t cell = seq.cell(p);
+    const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * dk;
+    const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * dv;
+    double dot = 0.0;
+    for (int d = 0; d < dk; ++d) dot += double(fp16_to_f32(k[d]) * fp16_to_f32(q16[d]));
+    const float s = float(dot) * scale;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > m) {
+      ms = std::exp(m - s);
+      m = s;
+      for (int d = 0; d < dv; ++d) acc[d] = f32_to_fp16(fp16_to_f32(acc[d]) * ms);
+    } else {
+      vs = std::exp(s - m);
+    }
+    for (int d = 0; d < dv; ++d) acc[d] = f32_to_fp16(fp16_to_f32(acc[d]) + fp16_to_f32(v[d]) * vs);
+    s_sum = s_sum * ms + vs;
+  }
+  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+  for (int d = 0; d < dv; ++d) out[d] = fp16_to_f32(acc[d]) * inv;
+}
+
+bool use_avx2() {
+  static const bool yes = cpu_features().avx2;
+  return yes;
+}
+
+}  // namespace
+
+// llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no
+// buffer of n_kv scores is needed; this path is for matching, not speed.
+static void attention_head_softmax_f16(const float* q, const KvCache& kv, int layer, int kv_head,
+                                const KvSeqView& seq, int64_t n_kv, float scale, float* out,
+                                uint16_t* scratch) {
+  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
+  uint16_t* q16 = scratch;
+  for (int d = 0; d < dk; ++d) q16[d] = f32_to_fp16(q[d]);
+  auto score = [&](int64_t p) {
+    const uint16_t* k = kv.k(layer, seq.cell(p)) + int64_t(kv_head) * dk;
+    double dot = 0.0;
+    for (int d = 0; d < dk; ++d) dot += double(fp16_to_f32(k[d]) * fp16_to_f32(q16[d]));
+    return float(dot) * scale;
+  };
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t p = 0; p < n_kv; ++p) m = std::max(m, score(p));
+  double sum = 0.0;
+  for (int64_t p = 0; p < n_kv; ++p) sum += double(std::exp(score(p) - m));
+  const float inv = float(1.0 / sum);
+  double acc[512];
+  TS_CHECK(dv <= 512);
+  for (int d = 0; d < dv; ++d) acc[d] = 0.0;
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const float prob = fp16_to_f32(f32_to_fp16(std::exp(score(p) - m) * inv));
+    const uint16_t* v = kv.v(layer, seq.cell(p)) + int64_t(kv_head) * dv;
+    for (int d = 0; d < dv; ++d) acc[d] += double(prob * fp16_to_f32(v[d]));
+  }
+  for (int d = 0; d < dv; ++d) out[d] = float(acc[d]);
+}
+
+void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
+                    const KvSeqView& seq, int64_t n_kv, float scale, float* out, uint16_t* scratch,
+                    AttnNumerics numerics) {
+  if (numerics == AttnNumerics::kSoftmaxF16) {
+    attention_head_softmax_f16(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
+    return;
+  }
+  if (use_avx2())
+    detail::attention_head_avx2(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
+  else
+    attention_head_scalar(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
+}
+
+void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
+                     int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
+                     AttnNumerics numerics) {
+  TS_CHECK(n_q >= 1 && n_q <= kMaxGroupQueries);
+  if (numerics == AttnNumerics::kSoftmaxF16) {
+    for (int i = 0; i < n_q; ++i)
+      attention_head_softmax_f16(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
+    return;
+  }
+  if (use_avx2()) {
+    detail::attention_group_avx2(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch);
+    return;
+  }
+  for (int i = 0; i < n_q; ++i) attention_head_scalar(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
+}
+
+void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
+                        const KvSeqView& seq, int64_t n_kv, float scale, float* out) {
+  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
+  std::vector<double> w(static_cast<size_t>(n_kv));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t p = 0; p < n_kv; ++p) {
+    const uint16_t* k = kv.k(layer, seq.cell(p)) + int64_t(kv_head) * dk;
+    double dot = 0.0;
+    for (int d = 0; d < dk; ++d) dot += double(q[d]) * double(fp16_to_f32(k[d]));
+    w[size_t(p)] = dot * scale;
+    mx = std::max(mx, w[size_t(p)]);
+  }
+  double sum = 0.0;
+  for (auto& x : w) sum += (x = std::exp(x - mx));
+  for (int d = 0; d < dv; ++d) {
+    double o = 0.0;
+    for (int64_t p = 0; p < n_kv; ++p)
+      o += w[size_t(p)] * double(fp16_to_f32(kv.v(layer, seq.cell(p))[int64_t(kv_head) * dv + d]));
+    out[d] = float(o / sum);
+  }
+}
+
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  if (use_avx2()) {
+    detail::to_f16_avx2(x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = detail::silu(g[i]) * u[i];
+}
+
+void geglu_tanh(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = detail::gelu_tanh(g[i]) * u[i];
+}
+
+namespace {
+
+// gelu(x) of every F16 value x, as float: entry h is f16(gelu(f16_to_f32(h))).
+const float* gelu_f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(size_t(1) << 16);
+    for (uint32_t h = 0; h < (1u << 16); ++h)
+      t[h] = fp16_to_f32(f32_to_fp16(detail::gelu_tanh(fp16_to_f32(uint16_t(h)))));
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace
+
+void geglu_tanh_f16(const float* g, const float* u, float* y, int64_t n) {
+  const float* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    if (x <= -10.0f) {
+      y[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      y[i] = x * u[i];
+    } else {
+      y[i] = table[f32_to_fp16(x)] * u[i];
+    }
+  }
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace ts::engine::ops

@@ -1,0 +1,27 @@
+// Private helpers shared by the scalar and SIMD files of the engine.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/kv_cache.h"
+
+namespace ts::engine::ops::detail {
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+}
+
+// AVX2+F16C attention (ops_avx2.cc); same contract as ops::attention_head.
+void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_head,
+                         const KvSeqView& seq, int64_t n_kv, float scale, float* out,
+                         uint16_t* scratch);
+void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
+                          int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch);
+void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
+
+}  // namespace ts::engine::ops::detail

@@ -1,0 +1,247 @@
+#include "engine/ops.h"
+
+#include <gtest/gtest.h>
+
+// Tests spell out only the fields that matter with designated initializers.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+#include <cmath>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/rng.h"
+#include "engine/perf.h"
+
+namespace ts::engine {
+namespace {
+
+using ops::RopeConfig;
+
+TEST(RmsNorm, MatchesFormula) {
+  std::vector<float> x = {1.0f, -2.0f, 3.0f, 0.5f}, w = {1.0f, 2.0f, 0.5f, -1.0f}, y(4);
+  ops::rms_norm(x.data(), w.data(), y.data(), 4, 1e-5f);
+  const double ms = (1 + 4 + 9 + 0.25) / 4.0;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[size_t(i)], x[size_t(i)] / std::sqrt(ms + 1e-5) * w[size_t(i)], 1e-6);
+  ops::rms_norm(x.data(), nullptr, x.data(), 4, 1e-5f);  // in place, no weight
+  EXPECT_NEAR(x[1], -2.0 / std::sqrt(ms + 1e-5), 1e-6);
+}
+
+// Direct formula: pair i rotates by pos * base^(-2i/n_rot) * freq_scale / factor_i.
+void rope_direct(const RopeConfig& c, int pos, std::vector<double>& x) {
+  const int half = c.n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    double th = pos * std::pow(double(c.freq_base), -2.0 * i / c.n_rot) * c.freq_scale;
+    if (c.freq_factors) th /= c.freq_factors[i];
+    const int a = c.neox ? i : 2 * i, b = c.neox ? i + half : 2 * i + 1;
+    const double x0 = x[size_t(a)], x1 = x[size_t(b)];
+    x[size_t(a)] = x0 * std::cos(th) - x1 * std::sin(th);
+    x[size_t(b)] = x0 * std::sin(th) + x1 * std::cos(th);
+  }
+}
+
+void check_rope(const RopeConfig& c, int head_dim) {
+  Rng rng(11);
+  for (int pos : {0, 1, 7, 100, 1000}) {
+    std::vector<float> x(static_cast<size_t>(head_dim)), cs(static_cast<size_t>(c.n_rot));
+    for (auto& v : x) v = rng.normal();
+    std::vector<double> ref(x.begin(), x.end());
+    ops::rope_table(c, pos, cs.data());
+    ops::rope_apply(c, cs.data(), x.data());
+    rope_direct(c, pos, ref);
+    // theta is built by repeated float multiplication (as ggml does): its relative error
+    // grows with the pair index, so the angle at pos 1000 is good to ~1e-4 rad.
+    const double tol = pos >= 1000 ? 2e-3 : 1e-4;
+    for (int i = 0; i < head_dim; ++i) EXPECT_NEAR(x[size_t(i)], ref[size_t(i)], tol) << "pos " << pos << " dim " << i;
+  }
+}
+
+TEST(Rope, NormMatchesDirectFormula) { check_rope({.n_rot = 16, .freq_base = 10000.0f}, 16); }
+TEST(Rope, NeoxMatchesDirectFormula) { check_rope({.n_rot = 16, .freq_base = 1e6f, .neox = true}, 16); }
+TEST(Rope, PartialRotaryLeavesTailAlone) {
+  RopeConfig c{.n_rot = 8, .freq_base = 10000.0f};
+  std::vector<float> x(16, 1.0f), cs(8);
+  ops::rope_table(c, 5, cs.data());
+  ops::rope_apply(c, cs.data(), x.data());
+  for (int i = 8; i < 16; ++i) EXPECT_EQ(x[size_t(i)], 1.0f);
+  check_rope(c, 16);
+}
+TEST(Rope, ScalingAndFactors) {
+  std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
+  check_rope({.n_rot = 8, .freq_base = 500000.0f, .freq_scale = 0.25f, .freq_factors = factors.data()}, 8);
+}
+TEST(Rope, PositionZeroIsIdentity) {
+  RopeConfig c{.n_rot = 8, .freq_base = 10000.0f, .neox = true};
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8}, y = x, cs(8);
+  ops::rope_table(c, 0, cs.data());
+  ops::rope_apply(c, cs.data(), y.data());
+  EXPECT_EQ(x, y);
+}
+
+// A cache of one layer, one kv head, `dim` dims, with the given rows at positions 0..n-1
+// spread over blocks of 2 cells in reverse block order (so the block table is exercised).
+struct TinyKv {
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> blocks;
+  KvSeqView view() const { return {blocks, 2}; }
+};
+
+TinyKv make_kv(int dim, const std::vector<std::vector<float>>& keys, const std::vector<std::vector<float>>& vals) {
+  TinyKv t;
+  const int64_t n_blocks = int64_t(keys.size() + 1) / 2 + 1;
+  t.kv = std::move(KvCache::create({1, 1, dim, dim}, n_blocks, 2)).value();
+  for (int64_t b = 0; b < n_blocks; ++b) t.blocks.push_back(int32_t(n_blocks - 1 - b));
+  for (size_t p = 0; p < keys.size(); ++p) {
+    const int64_t cell = t.view().cell(int64_t(p));
+    ops::to_f16(keys[p].data(), t.kv->k(0, cell), dim);
+    ops::to_f16(vals[p].data(), t.kv->v(0, cell), dim);
+  }
+  return t;
+}
+
+TEST(Attention, SingleKeyReturnsItsValue) {
+  auto t = make_kv(4, {{1, 0, 0, 0}}, {{0.5f, -1.0f, 2.0f, 3.0f}});
+  std::vector<float> q = {3, 1, 2, 0}, out(4);
+  std::vector<uint16_t> scratch(8);
+  ops::attention_head(q.data(), *t.kv, 0, 0, t.view(), 1, 0.5f, out.data(), scratch.data());
+  EXPECT_FLOAT_EQ(out[0], 0.5f);
+  EXPECT_FLOAT_EQ(out[1], -1.0f);
+  EXPECT_FLOAT_EQ(out[3], 3.0f);
+}
+
+TEST(Attention, EqualScoresAverage) {
+  auto t = make_kv(4, {{1, 0, 0, 0}, {1, 0, 0, 0}}, {{1, 2, 3, 4}, {3, 2, 1, 0}});
+  std::vector<float> q = {1, 1, 1, 1}, out(4);
+  std::vector<uint16_t> scratch(8);
+  ops::attention_head(q.data(), *t.kv, 0, 0, t.view(), 2, 1.0f, out.data(), scratch.data());
+  EXPECT_FLOAT_EQ(out[0], 2.0f);
+  EXPECT_FLOAT_EQ(out[2], 2.0f);
+  EXPECT_FLOAT_EQ(out[3], 2.0f);
+}
+
+TEST(Attention, KnownSoftmaxWeights) {
+  // Scores 0 and ln(3): weights 1/4 and 3/4.
+  const float l3 = std::log(3.0f);
+  auto t = make_kv(2, {{0, 0}, {1, 0}}, {{4, 0}, {0, 8}});
+  std::vector<float> q = {l3, 0}, out(2);
+  std::vector<uint16_t> scratch(4);
+  ops::attention_head(q.data(), *t.kv, 0, 0, t.view(), 2, 1.0f, out.data(), scratch.data());
+  // q and the accumulator are F16: agreement to ~1e-3.
+  EXPECT_NEAR(out[0], 1.0f, 2e-3);
+  EXPECT_NEAR(out[1], 6.0f, 6e-3);
+  // Causal masking is n_kv: only the first key.
+  ops::attention_head(q.data(), *t.kv, 0, 0, t.view(), 1, 1.0f, out.data(), scratch.data());
+  EXPECT_FLOAT_EQ(out[0], 4.0f);
+  EXPECT_FLOAT_EQ(out[1], 0.0f);
+}
+
+TEST(Attention, MatchesDoubleReference) {
+  Rng rng(3);
+  for (int dim : {8, 12, 64, 128}) {
+    std::vector<std::vector<float>> keys, vals;
+    for (int p = 0; p < 37; ++p) {
+      keys.emplace_back(size_t(dim));
+      vals.emplace_back(size_t(dim));
+      for (auto& x : keys.back()) x = rng.normal();
+      for (auto& x : vals.back()) x = rng.normal();
+    }
+    auto t = make_kv(dim, keys, vals);
+    std::vector<float> q(static_cast<size_t>(dim)), out(static_cast<size_t>(dim)), ref(static_cast<size_t>(dim));
+    for (auto& x : q) x = rng.normal();
+    std::vector<uint16_t> scratch(static_cast<size_t>(2 * dim));
+    for (int64_t n_kv : {1, 5, 37}) {
+      const float scale = 1.0f / std::sqrt(float(dim));
+      ops::attention_head(q.data(), *t.kv, 0, 0, t.view(), n_kv, scale, out.data(), scratch.data());
+      ops::attention_head_ref(q.data(), *t.kv, 0, 0, t.view(), n_kv, scale, ref.data());
+      for (int d = 0; d < dim; ++d) EXPECT_NEAR(out[size_t(d)], ref[size_t(d)], 5e-3) << dim << " " << n_kv << " " << d;
+    }
+  }
+}
+
+TEST(Attention, GroupEqualsSingleHeadsBitForBit) {
+  Rng rng(9);
+  for (int dim : {8, 40, 64, 128}) {
+    std::vector<std::vector<float>> keys, vals;
+    for (int p = 0; p < 50; ++p) {
+      keys.emplace_back(static_cast<size_t>(dim));
+      vals.emplace_back(static_cast<size_t>(dim));
+      for (auto& x : keys.back()) x = rng.normal();
+      for (auto& x : vals.back()) x = rng.normal();
+    }
+    auto t = make_kv(dim, keys, vals);
+    const int n_q = ops::kMaxGroupQueries;
+    std::vector<std::vector<float>> q(n_q, std::vector<float>(static_cast<size_t>(dim))), out = q, ref = q;
+    std::vector<const float*> qp;
+    std::vector<float*> op;
+    std::vector<int64_t> n_kv;
+    for (int i = 0; i < n_q; ++i) {
+      for (auto& x : q[size_t(i)]) x = 2.0f * rng.normal();
+      qp.push_back(q[size_t(i)].data());
+      op.push_back(out[size_t(i)].data());
+      n_kv.push_back(1 + (i * 7) % 50);
+    }
+    std::vector<uint16_t> scratch(static_cast<size_t>(ops::attention_group_scratch_halves(t.kv->shape())));
+    ops::attention_group(qp.data(), n_kv.data(), n_q, *t.kv, 0, 0, t.view(), 0.3f, op.data(), scratch.data());
+    for (int i = 0; i < n_q; ++i) {
+      ops::attention_head(qp[size_t(i)], *t.kv, 0, 0, t.view(), n_kv[size_t(i)], 0.3f, ref[size_t(i)].data(),
+                          scratch.data());
+      EXPECT_EQ(out[size_t(i)], ref[size_t(i)]) << "dim " << dim << " query " << i;
+    }
+  }
+}
+
+TEST(KvCache, BlockTableAndCopy) {
+  auto kv = std::move(KvCache::create({2, 2, 4, 4}, 4, 8)).value();
+  EXPECT_EQ(kv->n_cells(), 32);
+  EXPECT_EQ(kv->k_cell_stride(), 8);
+  EXPECT_EQ(kv->bytes(), uint64_t(2 * 32 * 8 * 2 * 2));
+  std::vector<int32_t> blocks = {3, 0};
+  KvSeqView v{blocks, 8};
+  EXPECT_EQ(v.cell(0), 24);
+  EXPECT_EQ(v.cell(7), 31);
+  EXPECT_EQ(v.cell(8), 0);
+  EXPECT_EQ(v.capacity(), 16);
+  kv->k(1, 25)[3] = 0x3c00;
+  kv->v(0, 30)[7] = 0x4000;
+  kv->copy_block(3, 1);
+  EXPECT_EQ(kv->k(1, 9)[3], 0x3c00);
+  EXPECT_EQ(kv->v(0, 14)[7], 0x4000);
+}
+
+TEST(Activations, SwigluAndGelu) {
+  std::vector<float> g = {-2.0f, 0.0f, 1.5f}, u = {2.0f, 3.0f, -1.0f}, y(3);
+  ops::swiglu(g.data(), u.data(), y.data(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(y[size_t(i)], g[size_t(i)] / (1 + std::exp(-g[size_t(i)])) * u[size_t(i)], 1e-6);
+  ops::geglu_tanh(g.data(), u.data(), y.data(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const double x = g[size_t(i)];
+    const double gelu = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(y[size_t(i)], gelu * u[size_t(i)], 1e-5);
+  }
+}
+
+TEST(Perf, LogitsHashIsFnv1a) {
+  // One word-wise FNV-1a step per float.
+  const float one = 1.0f;  // 0x3f800000
+  EXPECT_EQ(fnv1a_update(kFnvOffset, std::span<const float>(&one, 1)), (kFnvOffset ^ 0x3f800000ull) * 0x100000001b3ull);
+  std::vector<float> a = {1.0f, 2.0f}, b = {1.0f, 2.0000002f};
+  EXPECT_NE(fnv1a_update(kFnvOffset, a), fnv1a_update(kFnvOffset, b));
+  // Chained per step == one pass over the concatenation.
+  EXPECT_EQ(fnv1a_update(fnv1a_update(kFnvOffset, std::span<const float>(a).first(1)), std::span<const float>(a).last(1)),
+            fnv1a_update(kFnvOffset, a));
+}
+
+TEST(Perf, PeakBandwidthCache) {
+  const std::string path = std::string(TS_BINARY_DIR) + "/peak_bw_test_cache";
+  std::remove(path.c_str());
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs("123.5\n", f);
+    std::fclose(f);
+  }
+  EXPECT_DOUBLE_EQ(peak_read_bandwidth_gbs(path), 123.5);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace ts::engine

@@ -1,0 +1,180 @@
+#include "engine/sampling.h"
+
+#include <gtest/gtest.h>
+
+// Tests spell out only the fields that matter with designated initializers.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace ts::engine {
+namespace {
+
+// Logits whose softmax is `probs` (up to normalisation).
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(p > 0 ? float(std::log(p)) : -1e30f);
+  return l;
+}
+
+std::map<int32_t, int> histogram(const SamplingParams& p, const std::vector<float>& logits, int n) {
+  Sampler s(p);
+  std::map<int32_t, int> h;
+  for (int i = 0; i < n; ++i) ++h[s.sample(logits)];
+  return h;
+}
+
+TEST(Sampling, ArgmaxFirstOnTies) {
+  std::vector<float> v = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(argmax(v), 1);
+  EXPECT_EQ(argmax(std::span<const float>()), -1);
+}
+
+TEST(Sampling, GreedyIsArgmax) {
+  SamplingParams p;  // temperature 0
+  Sampler s(p);
+  Rng rng(7);
+  for (int it = 0; it < 100; ++it) {
+    std::vector<float> l(50);
+    for (auto& x : l) x = rng.normal();
+    EXPECT_EQ(s.sample(l), argmax(l));
+  }
+}
+
+TEST(Sampling, SeededDeterminism) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1234;
+  std::vector<float> l = logits_of({0.1, 0.2, 0.3, 0.4});
+  Sampler a(p), b(p);
+  std::vector<int32_t> ra, rb;
+  for (int i = 0; i < 200; ++i) {
+    ra.push_back(a.sample(l));
+    rb.push_back(b.sample(l));
+  }
+  EXPECT_EQ(ra, rb);
+  a.reset();
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(a.sample(l), ra[size_t(i)]);
+  p.seed = 999;
+  Sampler c(p);
+  std::vector<int32_t> rc;
+  for (int i = 0; i < 200; ++i) rc.push_back(c.sample(l));
+  EXPECT_NE(ra, rc);
+  // Every token is drawn, roughly by its probability.
+  auto h = histogram({.temperature = 1.0f, .seed = 5}, l, 20000);
+  for (int t = 0; t < 4; ++t) EXPECT_NEAR(h[t] / 20000.0, 0.1 * (t + 1), 0.02);
+}
+
+TEST(Sampling, TopKMasks) {
+  std::vector<float> l = logits_of({0.1, 0.4, 0.2, 0.3});
+  auto h = histogram({.temperature = 1.0f, .top_k = 2, .seed = 1}, l, 5000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_GT(h[1], 0);
+  EXPECT_GT(h[3], 0);
+  // Renormalised among the two: 0.4 / 0.7.
+  EXPECT_NEAR(h[1] / 5000.0, 0.4 / 0.7, 0.03);
+  auto h1 = histogram({.temperature = 1.0f, .top_k = 1, .seed = 1}, l, 200);
+  EXPECT_EQ(h1.size(), 1u);
+  EXPECT_EQ(h1.begin()->first, 1);
+}
+
+TEST(Sampling, TopPMasks) {
+  std::vector<float> l = logits_of({0.05, 0.5, 0.15, 0.3});
+  // The smallest set reaching 0.5 is {1}; reaching 0.7 is {1, 3}; 0.9: {1, 3, 2}.
+  EXPECT_EQ(histogram({.temperature = 1.0f, .top_p = 0.5f, .seed = 2}, l, 500).size(), 1u);
+  auto h = histogram({.temperature = 1.0f, .top_p = 0.7f, .seed = 2}, l, 2000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(1) && h.count(3));
+  auto h3 = histogram({.temperature = 1.0f, .top_p = 0.9f, .seed = 2}, l, 4000);
+  EXPECT_EQ(h3.size(), 3u);
+  EXPECT_FALSE(h3.count(0));
+}
+
+TEST(Sampling, MinPMasks) {
+  std::vector<float> l = logits_of({0.05, 0.5, 0.15, 0.3});
+  // min_p 0.5: keep p >= 0.25 -> {1, 3}. min_p 0.2: p >= 0.1 -> {1, 3, 2}.
+  auto h = histogram({.temperature = 1.0f, .min_p = 0.5f, .seed = 3}, l, 2000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(1) && h.count(3));
+  auto h3 = histogram({.temperature = 1.0f, .min_p = 0.2f, .seed = 3}, l, 4000);
+  EXPECT_EQ(h3.size(), 3u);
+  EXPECT_FALSE(h3.count(0));
+}
+
+TEST(Sampling, TemperatureSharpens) {
+  std::vector<float> l = logits_of({0.4, 0.6});
+  auto cold = histogram({.temperature = 0.25f, .seed = 4}, l, 10000);
+  // p ~ 0.6^4 / (0.6^4 + 0.4^4) = 0.835
+  EXPECT_NEAR(cold[1] / 10000.0, 0.835, 0.02);
+}
+
+TEST(Sampling, RepetitionPenalty) {
+  // Token 0 leads; penalising it (seen twice) hands greedy decoding to token 1.
+  std::vector<float> l = {2.0f, 1.8f, -1.0f};
+  SamplingParams p;
+  p.repeat_penalty = 1.5f;
+  Sampler s(p);
+  EXPECT_EQ(s.sample(l), 0);  // no history yet
+  s.accept(0);
+  EXPECT_EQ(s.sample(l), 1);  // 2.0 / 1.5 = 1.33 < 1.8
+  // Negative logits are multiplied (pushed further down).
+  std::vector<float> neg = {-1.0f, -1.2f};
+  Sampler s2(p);
+  s2.accept(0);
+  EXPECT_EQ(s2.sample(neg), 1);  // -1.5 < -1.2
+}
+
+TEST(Sampling, FrequencyAndPresencePenalties) {
+  std::vector<float> l = {2.0f, 1.0f};
+  SamplingParams p;
+  p.frequency_penalty = 0.3f;
+  Sampler s(p);
+  s.accept(0);
+  s.accept(0);
+  EXPECT_EQ(s.sample(l), 0);  // 2.0 - 0.6 = 1.4 > 1.0
+  s.accept(0);
+  s.accept(0);
+  EXPECT_EQ(s.sample(l), 1);  // 2.0 - 1.2 = 0.8 < 1.0
+  SamplingParams q;
+  q.presence_penalty = 1.5f;
+  Sampler t(q);
+  t.accept(0);
+  t.accept(0);
+  EXPECT_EQ(t.sample(l), 1);  // 2.0 - 1.5 (once, whatever the count)
+  q.presence_penalty = 0.9f;
+  Sampler u(q);
+  for (int i = 0; i < 10; ++i) u.accept(0);
+  EXPECT_EQ(u.sample(l), 0);  // 1.1 > 1.0
+}
+
+TEST(Sampling, PenaltyWindow) {
+  std::vector<float> l = {2.0f, 1.8f, 0.0f};
+  SamplingParams p;
+  p.repeat_penalty = 2.0f;
+  p.penalty_last_n = 2;
+  Sampler s(p);
+  s.accept(0);
+  EXPECT_EQ(s.sample(l), 1);
+  s.accept(2);
+  s.accept(2);  // token 0 has left the window of 2
+  EXPECT_EQ(s.sample(l), 0);
+}
+
+TEST(Sampling, ValidateRejectsBadValues) {
+  EXPECT_TRUE(validate({}).is_ok());
+  EXPECT_FALSE(validate({.temperature = -1.0f}).is_ok());
+  EXPECT_FALSE(validate({.temperature = NAN}).is_ok());
+  EXPECT_FALSE(validate({.top_k = -1}).is_ok());
+  EXPECT_FALSE(validate({.top_p = 0.0f}).is_ok());
+  EXPECT_FALSE(validate({.top_p = 1.5f}).is_ok());
+  EXPECT_FALSE(validate({.min_p = -0.1f}).is_ok());
+  EXPECT_FALSE(validate({.repeat_penalty = 0.0f}).is_ok());
+  EXPECT_FALSE(validate({.penalty_last_n = -3}).is_ok());
+  EXPECT_EQ(validate({.temperature = -1.0f}).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ts::engine

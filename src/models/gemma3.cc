@@ -1,0 +1,449 @@
+#include "gemma3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "engine/arch_names.h"
+#include "engine/linear.h"
+#include "engine/weights.h"
+#include "kernels/traits.h"
+#include "models/register.h"
+
+namespace ts::models {
+
+using engine::names::key;
+using engine::names::tensor;
+namespace names = engine::names;
+
+namespace {
+
+// Gemma-only metadata keys (llama.cpp's names).
+constexpr const char* kSlidingWindowPattern = "%s.attention.sliding_window_pattern";
+constexpr const char* kRopeFreqBaseSwa = "%s.rope.freq_base_swa";
+constexpr const char* kFinalLogitSoftcap = "%s.final_logit_softcapping";
+
+// Every P-th layer is global when the file has no per-layer flags (Gemma 3: 5 local, 1 global).
+constexpr int64_t kDefaultSwaPattern = 6;
+// llama.cpp's default RoPE base of local layers when rope.freq_base_swa is absent.
+constexpr double kDefaultLocalRopeBase = 10000.0;
+// The Gemma 3 27B model (62 layers) scales queries by 1/sqrt(n_embd / n_head) instead of
+// 1/sqrt(head_dim) (its query_pre_attn_scalar); llama.cpp keys this on the layer count.
+constexpr int64_t kLayers27B = 62;
+
+}  // namespace
+
+// --- loading ---------------------------------------------------------------------------
+
+Status Gemma3::load_hparams(const gguf::File& f, const std::string& arch) {
+  cfg_ = engine::ModelConfig{};
+  cfg_.arch = arch;
+  if (auto n = f.get_string(names::kModelName); n.is_ok()) cfg_.name = std::string(*n);
+
+  TS_ASSIGN_OR_RETURN(cfg_.n_embd, engine::read_int(f, key(names::kEmbeddingLength, arch), 1, 1 << 20));
+  TS_ASSIGN_OR_RETURN(cfg_.n_layer, engine::read_int(f, key(names::kBlockCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(cfg_.n_head, engine::read_int(f, key(names::kHeadCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(cfg_.n_head_kv,
+                      engine::read_int_or(f, key(names::kHeadCountKv, arch), cfg_.n_head, 1, cfg_.n_head));
+  if (cfg_.n_head % cfg_.n_head_kv != 0)
+    return data_loss(key(names::kHeadCount, arch) + " = " + std::to_string(cfg_.n_head) +
+                     " is not a multiple of " + key(names::kHeadCountKv, arch) + " = " +
+                     std::to_string(cfg_.n_head_kv));
+  TS_ASSIGN_OR_RETURN(cfg_.n_ff, engine::read_int(f, key(names::kFeedForwardLength, arch), 1, 1 << 24));
+  const int64_t default_hd = cfg_.n_embd % cfg_.n_head == 0 ? cfg_.n_embd / cfg_.n_head : 0;
+  TS_ASSIGN_OR_RETURN(cfg_.head_dim, engine::read_int_or(f, key(names::kKeyLength, arch), default_hd, 0, 4096));
+  if (cfg_.head_dim <= 0)
+    return data_loss(key(names::kEmbeddingLength, arch) + " is not a multiple of the head count and " +
+                     key(names::kKeyLength, arch) + " is absent");
+  TS_ASSIGN_OR_RETURN(const int64_t v_len,
+                      engine::read_int_or(f, key(names::kValueLength, arch), cfg_.head_dim, 1, 4096));
+  if (v_len != cfg_.head_dim)
+    return unimplemented(key(names::kValueLength, arch) + " != " + key(names::kKeyLength, arch));
+  TS_ASSIGN_OR_RETURN(cfg_.n_ctx_train, engine::read_int_or(f, key(names::kContextLength, arch), 0, 0, 1 << 26));
+  TS_ASSIGN_OR_RETURN(cfg_.rms_eps, engine::read_float_or(f, key(names::kRmsEps, arch), 1e-6, 0.0, 1.0));
+  TS_ASSIGN_OR_RETURN(cfg_.rope_freq_base,
+                      engine::read_float_or(f, key(names::kRopeFreqBase, arch), 10000.0, 1e-3, 1e12));
+  TS_ASSIGN_OR_RETURN(const double local_base,
+                      engine::read_float_or(f, key(kRopeFreqBaseSwa, arch), kDefaultLocalRopeBase, 1e-3, 1e12));
+  TS_ASSIGN_OR_RETURN(cfg_.n_rot,
+                      engine::read_int_or(f, key(names::kRopeDimensionCount, arch), cfg_.head_dim, 2, cfg_.head_dim));
+  if (cfg_.n_rot % 2 != 0) return data_loss(key(names::kRopeDimensionCount, arch) + " is odd");
+
+  // Linear RoPE scaling applies to the global layers only (Gemma 3 4B+: factor 8).
+  double freq_scale = 1.0;
+  if (const gguf::Value* st = f.find(key(names::kRopeScalingType, arch))) {
+    const auto type = st->as_string();
+    if (!type) return data_loss(key(names::kRopeScalingType, arch) + " is not a string");
+    if (*type == "linear") {
+      TS_ASSIGN_OR_RETURN(const double factor,
+                          engine::read_float_or(f, key(names::kRopeScalingFactor, arch), 1.0, 1e-6, 1e6));
+      freq_scale = 1.0 / factor;
+    } else if (*type != "none") {
+      return unimplemented("RoPE scaling type '" + std::string(*type) + "'");
+    }
+  }
+  TS_ASSIGN_OR_RETURN(const double softcap, engine::read_float_or(f, key(kFinalLogitSoftcap, arch), 0.0, 0.0, 1e6));
+  softcap_ = float(softcap);
+
+  rms_eps_ = float(cfg_.rms_eps);
+  embd_scale_ = std::sqrt(float(cfg_.n_embd));
+  const int64_t qpas = cfg_.n_layer == kLayers27B ? cfg_.n_embd / cfg_.n_head : cfg_.head_dim;
+  attn_scale_ = 1.0f / std::sqrt(float(qpas));
+
+  rope_global_ = engine::ops::RopeConfig{};
+  rope_global_.n_rot = int(cfg_.n_rot);
+  rope_global_.freq_base = float(cfg_.rope_freq_base);
+  rope_global_.freq_scale = float(freq_scale);
+  rope_global_.neox = true;
+  rope_local_ = rope_global_;
+  rope_local_.freq_base = float(local_base);
+  rope_local_.freq_scale = 1.0f;
+
+  // Which layers are local.
+  TS_ASSIGN_OR_RETURN(n_swa_, engine::read_int_or(f, key(names::kSlidingWindow, arch), 0, 0, 1 << 26));
+  layers_.clear();
+  layers_.resize(size_t(cfg_.n_layer));
+  if (n_swa_ > 0) {
+    const std::string pk = key(kSlidingWindowPattern, arch);
+    const gguf::Value* pv = f.find(pk);
+    if (pv && pv->is_array()) {
+      if (int64_t(pv->size()) != cfg_.n_layer)
+        return data_loss("metadata key '" + pk + "' has " + std::to_string(pv->size()) + " entries, expected " +
+                         std::to_string(cfg_.n_layer) + " (one per layer)");
+      if (pv->elem_type() != gguf::ValueType::kBool && !gguf::is_integer_type(pv->elem_type()))
+        return data_loss("metadata key '" + pk + "' is an array of " + gguf::value_type_name(pv->elem_type()) +
+                         ", expected per-layer flags");
+      for (int64_t l = 0; l < cfg_.n_layer; ++l) layers_[size_t(l)].local = pv->int_at(uint64_t(l)) != 0;
+    } else {
+      TS_ASSIGN_OR_RETURN(const int64_t pattern, engine::read_int_or(f, pk, kDefaultSwaPattern, 0, 1 << 20));
+      for (int64_t l = 0; l < cfg_.n_layer; ++l)
+        layers_[size_t(l)].local = pattern == 0 || l % pattern < pattern - 1;
+    }
+  }
+  return Status::ok();
+}
+
+Status Gemma3::load(const gguf::File& f, const std::string& arch) {
+  TS_RETURN_IF_ERROR(load_hparams(f, arch));
+
+  const gguf::TensorInfo* te = f.find_tensor(names::kTokenEmbd);
+  if (!te) return data_loss(std::string("missing tensor '") + names::kTokenEmbd + "'");
+  if (te->n_dims != 2 || te->ne[0] != cfg_.n_embd || te->ne[1] < 1)
+    return data_loss(std::string("tensor '") + names::kTokenEmbd + "' has shape " + te->shape_string() +
+                     ", expected [" + std::to_string(cfg_.n_embd) + ", n_vocab]");
+  cfg_.n_vocab = te->ne[1];
+  if (const gguf::Value* vs = f.find(key(names::kVocabSize, arch)); vs && vs->as_int() && *vs->as_int() != cfg_.n_vocab)
+    return data_loss(key(names::kVocabSize, arch) + " = " + std::to_string(*vs->as_int()) + " but '" +
+                     names::kTokenEmbd + "' has " + std::to_string(cfg_.n_vocab) + " rows");
+
+  engine::WeightBinder wb(f);
+  const int64_t d = cfg_.n_embd, hd = cfg_.head_dim;
+  const int64_t nq = cfg_.n_head * hd, nkv = cfg_.n_head_kv * hd;
+  TS_ASSIGN_OR_RETURN(tok_embd_, wb.matrix(names::kTokenEmbd, d, cfg_.n_vocab));
+  const uint64_t embd_bytes = wb.bound_bytes();
+  TS_ASSIGN_OR_RETURN(output_norm_, wb.vector(names::kOutputNorm, d));
+  const bool tied = !wb.has(names::kOutput);
+  if (tied) {
+    output_ = engine::Matrix(tok_embd_);
+  } else {
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView out_v, wb.matrix(names::kOutput, d, cfg_.n_vocab));
+    output_ = engine::Matrix(out_v);
+  }
+
+  auto matrix = [&wb](const std::string& name, int64_t n_cols, int64_t n_rows) -> Result<engine::Matrix> {
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView v, wb.matrix(name, n_cols, n_rows));
+    return engine::Matrix(v);
+  };
+  for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    Layer& L = layers_[size_t(l)];
+    TS_ASSIGN_OR_RETURN(L.attn_norm, wb.vector(tensor(names::kAttnNorm, l), d));
+    TS_ASSIGN_OR_RETURN(L.wq, matrix(tensor(names::kAttnQ, l), d, nq));
+    TS_ASSIGN_OR_RETURN(L.wk, matrix(tensor(names::kAttnK, l), d, nkv));
+    TS_ASSIGN_OR_RETURN(L.wv, matrix(tensor(names::kAttnV, l), d, nkv));
+    TS_ASSIGN_OR_RETURN(L.q_norm, wb.vector(tensor(names::kAttnQNorm, l), hd));
+    TS_ASSIGN_OR_RETURN(L.k_norm, wb.vector(tensor(names::kAttnKNorm, l), hd));
+    TS_ASSIGN_OR_RETURN(L.wo, matrix(tensor(names::kAttnOut, l), nq, d));
+    TS_ASSIGN_OR_RETURN(L.attn_post_norm, wb.vector(tensor(names::kAttnPostNorm, l), d));
+    TS_ASSIGN_OR_RETURN(L.ffn_norm, wb.vector(tensor(names::kFfnNorm, l), d));
+    TS_ASSIGN_OR_RETURN(L.gate, matrix(tensor(names::kFfnGate, l), d, cfg_.n_ff));
+    TS_ASSIGN_OR_RETURN(L.up, matrix(tensor(names::kFfnUp, l), d, cfg_.n_ff));
+    TS_ASSIGN_OR_RETURN(L.down, matrix(tensor(names::kFfnDown, l), cfg_.n_ff, d));
+    TS_ASSIGN_OR_RETURN(L.ffn_post_norm, wb.vector(tensor(names::kFfnPostNorm, l), d));
+  }
+  // A decode step reads every matrix once; an untied embedding only one row.
+  weight_bytes_ = wb.bound_bytes();
+  if (!tied) weight_bytes_ = weight_bytes_ - embd_bytes + uint64_t(kernels::row_bytes(tok_embd_.type, d));
+  return Status::ok();
+}
+
+void Gemma3::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
+  if (!opts.pack_weights) return;
+  for (Layer& L : layers_)
+    for (engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->pack(&pool);
+  output_.pack(&pool);
+}
+
+engine::KvShape Gemma3::kv_shape() const {
+  engine::KvShape s;
+  s.n_layer = int(cfg_.n_layer);
+  s.n_head_kv = int(cfg_.n_head_kv);
+  s.head_dim_k = int(cfg_.head_dim);
+  s.head_dim_v = int(cfg_.head_dim);
+  return s;
+}
+
+// --- forward ---------------------------------------------------------------------------
+
+namespace {
+
+struct Gemma3Workspace final : engine::Workspace {
+  int64_t max_tokens = 0;
+  std::vector<float> x;         // [T, n_embd] residual stream
+  std::vector<float> xn;        // [T, n_embd] normalised input of the next projection
+  std::vector<float> q;         // [T, n_head*hd]
+  std::vector<float> k, v;      // [T, n_kv*hd]
+  std::vector<float> attn;      // [T, n_head*hd]
+  std::vector<float> tmp;       // [T, n_embd] projection output before the residual add
+  std::vector<float> h, h2;     // [T, n_ff] gate (then the gated activation) and up
+  std::vector<float> cs_global; // [T, n_rot] rope cos/sin of the global layers
+  std::vector<float> cs_local;  // [T, n_rot] ... of the local layers
+  std::vector<int32_t> rows;    // compacted row -> token index (last layer)
+  // Attention work of one layer: rows [row_begin, row_end) of one sequence with the query
+  // heads of kv head `kv_head`; window_begin > 0 (one row only): a local layer's window.
+  struct Unit {
+    int32_t row_begin, row_end, kv_head;
+    int64_t window_begin;
+  };
+  std::vector<Unit> units;             // rebuilt per layer (capacity reserved)
+  std::vector<uint16_t> attn_scratch;  // per thread
+  int64_t attn_scratch_stride = 0;
+  std::vector<int32_t> window_cells;   // per thread: the cells of one sliding window
+  int64_t window_stride = 0;
+};
+
+// Token-parallel loop that stays on the calling thread for a single token (decode).
+template <typename F>
+void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0, 1);
+    return;
+  }
+  struct Args {
+    const F* fn;
+  } args{&fn};
+  pool.parallel_for(n, 1, [&args](int64_t b, int64_t e, int) { (*args.fn)(b, e); });
+}
+
+}  // namespace
+
+std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threads) const {
+  auto ws = std::make_unique<Gemma3Workspace>();
+  const int64_t d = cfg_.n_embd, nq = cfg_.n_head * cfg_.head_dim, nkv = cfg_.n_head_kv * cfg_.head_dim;
+  const size_t nth = size_t(std::max(1, n_threads));
+  ws->max_tokens = T;
+  ws->x.resize(size_t(T * d));
+  ws->xn.resize(size_t(T * d));
+  ws->q.resize(size_t(T * nq));
+  ws->k.resize(size_t(T * nkv));
+  ws->v.resize(size_t(T * nkv));
+  ws->attn.resize(size_t(T * nq));
+  ws->tmp.resize(size_t(T * d));
+  ws->h.resize(size_t(T * cfg_.n_ff));
+  ws->h2.resize(size_t(T * cfg_.n_ff));
+  ws->cs_global.resize(size_t(T * cfg_.n_rot));
+  ws->cs_local.resize(size_t(T * cfg_.n_rot));
+  ws->rows.resize(size_t(T));
+  ws->units.reserve(size_t(T * cfg_.n_head_kv));
+  ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
+  ws->attn_scratch.resize(size_t(ws->attn_scratch_stride) * nth);
+  ws->window_stride = n_swa_;
+  ws->window_cells.resize(size_t(n_swa_) * nth);
+  return ws;
+}
+
+void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+                     ThreadPool& pool) const {
+  auto& ws = static_cast<Gemma3Workspace&>(wsb);
+  int64_t n = int64_t(batch.tokens.size());
+  TS_CHECK(n > 0 && n <= ws.max_tokens);
+  const int64_t d = cfg_.n_embd, hd = cfg_.head_dim, n_ff = cfg_.n_ff;
+  const int64_t n_head = cfg_.n_head, n_head_kv = cfg_.n_head_kv;
+  const int64_t nq = n_head * hd, nkv = n_head_kv * hd, n_rot = cfg_.n_rot;
+  const int64_t n_out = int64_t(batch.out_rows.size());
+
+  // Scaled embeddings, rope tables, first norm.
+  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float* xi = ws.x.data() + i * d;
+      kernels::dequantize_rows(tok_embd_, batch.tokens[size_t(i)], 1, xi);
+      for (int64_t j = 0; j < d; ++j) xi[j] *= embd_scale_;
+      const int32_t pos = batch.positions[size_t(i)];
+      engine::ops::rope_table(rope_global_, pos, ws.cs_global.data() + i * n_rot);
+      engine::ops::rope_table(rope_local_, pos, ws.cs_local.data() + i * n_rot);
+      engine::ops::rms_norm(xi, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      ws.rows[size_t(i)] = int32_t(i);
+    }
+  });
+
+  for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    const Layer& L = layers_[size_t(l)];
+    const bool last = l + 1 == int(cfg_.n_layer);
+    const engine::ops::RopeConfig& rope = L.local ? rope_local_ : rope_global_;
+    const float* cs_all = L.local ? ws.cs_local.data() : ws.cs_global.data();
+
+    // Q, K, V.
+    L.wq.matmul(ws.xn.data(), d, n, ws.q.data(), nq, pool);
+    L.wk.matmul(ws.xn.data(), d, n, ws.k.data(), nkv, pool);
+    L.wv.matmul(ws.xn.data(), d, n, ws.v.data(), nkv, pool);
+
+    // QK-norm, RoPE, query scale; K and V into the cache.
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* qi = ws.q.data() + i * nq;
+        float* ki = ws.k.data() + i * nkv;
+        const float* cs = cs_all + i * n_rot;
+        for (int64_t h = 0; h < n_head; ++h) {
+          float* qh = qi + h * hd;
+          engine::ops::rms_norm(qh, L.q_norm, qh, hd, rms_eps_);
+          engine::ops::rope_apply(rope, cs, qh);
+          for (int64_t j = 0; j < hd; ++j) qh[j] *= attn_scale_;
+        }
+        for (int64_t h = 0; h < n_head_kv; ++h) {
+          engine::ops::rms_norm(ki + h * hd, L.k_norm, ki + h * hd, hd, rms_eps_);
+          engine::ops::rope_apply(rope, cs, ki + h * hd);
+        }
+        const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
+        const int64_t cell = sv.cell(batch.positions[size_t(i)]);
+        engine::ops::to_f16(ki, kv.k(l, cell), nkv);
+        engine::ops::to_f16(ws.v.data() + i * nkv, kv.v(l, cell), nkv);
+      }
+    });
+
+    // In the last layer only the rows whose logits are wanted go on.
+    if (last && n_out < n) {
+      if (n_out == 0) return;
+      for (int64_t j = 0; j < n_out; ++j) {
+        const int64_t src = batch.out_rows[size_t(j)];
+        TS_CHECK(src >= j && src < n);
+        ws.rows[size_t(j)] = int32_t(src);
+        if (src == j) continue;
+        std::memcpy(ws.q.data() + j * nq, ws.q.data() + src * nq, size_t(nq) * sizeof(float));
+        std::memcpy(ws.x.data() + j * d, ws.x.data() + src * d, size_t(d) * sizeof(float));
+      }
+      n = n_out;
+    }
+
+    // Attention. A unit runs the query heads of one kv head for a run of rows of one
+    // sequence, so each K/V row is read once for all of them. In a local layer a row at
+    // position p sees only [p - n_swa + 1, p]; a row whose window cuts the sequence gets a
+    // unit of its own, and its window's cells go into a one-cell-per-block table, so the
+    // kernel walks exactly the window in position order (llama.cpp skips masked cells: the
+    // arithmetic is the same).
+    {
+      const int64_t group = n_head / n_head_kv;
+      const int64_t rows_per_unit = std::max<int64_t>(1, engine::ops::kMaxGroupQueries / group);
+      auto window_begin = [&](int64_t row) -> int64_t {
+        const int64_t pos = batch.positions[size_t(ws.rows[size_t(row)])];
+        return L.local ? std::max<int64_t>(0, pos - n_swa_ + 1) : 0;
+      };
+      ws.units.clear();
+      int64_t kv_rows = 0;
+      for (int64_t i = 0; i < n;) {
+        const int32_t sq = batch.seq[size_t(ws.rows[size_t(i)])];
+        const int64_t wb = window_begin(i);
+        int64_t e = i + 1;
+        if (wb == 0)
+          while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq && window_begin(e) == 0)
+            ++e;
+        for (int64_t g = 0; g < n_head_kv; ++g) ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), wb});
+        kv_rows += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1 - wb;
+        i = e;
+      }
+      const int64_t kv_bytes = kv_rows * n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
+      const int64_t n_units = int64_t(ws.units.size());
+      engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
+        uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
+        int32_t* cells = ws.window_cells.data() + ith * ws.window_stride;
+        const float* qs[engine::ops::kMaxGroupQueries];
+        float* outs[engine::ops::kMaxGroupQueries];
+        int64_t n_kv[engine::ops::kMaxGroupQueries];
+        for (int64_t u = ith; u < n_units; u += nth) {
+          const Gemma3Workspace::Unit& un = ws.units[size_t(u)];
+          const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
+          int n_q = 0;
+          for (int64_t i = un.row_begin; i < un.row_end; ++i) {
+            const int64_t pos = batch.positions[size_t(ws.rows[size_t(i)])];
+            for (int64_t h = un.kv_head * group; h < (un.kv_head + 1) * group; ++h) {
+              qs[n_q] = ws.q.data() + i * nq + h * hd;
+              outs[n_q] = ws.attn.data() + i * nq + h * hd;
+              n_kv[n_q] = pos + 1 - un.window_begin;
+              ++n_q;
+            }
+          }
+          if (un.window_begin == 0) {
+            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch);
+          } else {
+            const int64_t n_win = n_kv[0];
+            for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(un.window_begin + p));
+            const engine::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
+            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch);
+          }
+        }
+      });
+    }
+
+    // Output projection, post-attention norm, residual, FFN norm.
+    L.wo.matmul(ws.attn.data(), nq, n, ws.tmp.data(), d, pool);
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* xi = ws.x.data() + i * d;
+        float* ti = ws.tmp.data() + i * d;
+        engine::ops::rms_norm(ti, L.attn_post_norm, ti, d, rms_eps_);
+        engine::ops::add(xi, ti, d);
+        engine::ops::rms_norm(xi, L.ffn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      }
+    });
+
+    // GELU-gated FFN (llama.cpp's F16 GELU table, see ops::geglu_tanh_f16).
+    L.gate.matmul(ws.xn.data(), d, n, ws.h.data(), n_ff, pool);
+    L.up.matmul(ws.xn.data(), d, n, ws.h2.data(), n_ff, pool);
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      engine::ops::geglu_tanh_f16(ws.h.data() + b * n_ff, ws.h2.data() + b * n_ff, ws.h.data() + b * n_ff,
+                                  (e - b) * n_ff);
+    });
+    L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
+
+    // Post-FFN norm, residual, the next norm (the next layer's attention norm or the
+    // output norm).
+    const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* xi = ws.x.data() + i * d;
+        float* ti = ws.tmp.data() + i * d;
+        engine::ops::rms_norm(ti, L.ffn_post_norm, ti, d, rms_eps_);
+        engine::ops::add(xi, ti, d);
+        engine::ops::rms_norm(xi, next_norm, ws.xn.data() + i * d, d, rms_eps_);
+      }
+    });
+  }
+
+  // Logits of the wanted rows (ws.xn holds exactly those rows now, in out_rows order).
+  if (n_out == 0) return;
+  TS_CHECK(n == n_out);
+  output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
+  if (softcap_ > 0.0f) {
+    const float inv = 1.0f / softcap_;
+    for (int64_t i = 0; i < n * cfg_.n_vocab; ++i) batch.logits[i] = std::tanh(batch.logits[i] * inv) * softcap_;
+  }
+}
+
+// --- registration ----------------------------------------------------------------------
+
+namespace {
+std::unique_ptr<engine::Architecture> make_gemma3() { return std::make_unique<Gemma3>(); }
+}  // namespace
+
+void register_gemma3() { engine::register_architecture("gemma3", make_gemma3); }
+
+}  // namespace ts::models

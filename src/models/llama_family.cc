@@ -1,0 +1,363 @@
+#include "llama_family.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "engine/arch_names.h"
+#include "engine/linear.h"
+#include "engine/weights.h"
+#include "kernels/traits.h"
+
+namespace ts::models {
+
+using engine::names::key;
+using engine::names::tensor;
+namespace names = engine::names;
+
+// --- loading ---------------------------------------------------------------------------
+
+Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
+  cfg_ = engine::ModelConfig{};
+  cfg_.arch = arch;
+  if (auto n = f.get_string(names::kModelName); n.is_ok()) cfg_.name = std::string(*n);
+
+  TS_ASSIGN_OR_RETURN(cfg_.n_embd, engine::read_int(f, key(names::kEmbeddingLength, arch), 1, 1 << 20));
+  TS_ASSIGN_OR_RETURN(cfg_.n_layer, engine::read_int(f, key(names::kBlockCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(cfg_.n_head, engine::read_int(f, key(names::kHeadCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(cfg_.n_head_kv,
+                      engine::read_int_or(f, key(names::kHeadCountKv, arch), cfg_.n_head, 1, cfg_.n_head));
+  if (cfg_.n_head % cfg_.n_head_kv != 0)
+    return data_loss(key(names::kHeadCount, arch) + " = " + std::to_string(cfg_.n_head) +
+                     " is not a multiple of " + key(names::kHeadCountKv, arch) + " = " +
+                     std::to_string(cfg_.n_head_kv));
+  TS_ASSIGN_OR_RETURN(cfg_.n_ff, engine::read_int(f, key(names::kFeedForwardLength, arch), 1, 1 << 24));
+  const int64_t default_hd = cfg_.n_embd % cfg_.n_head == 0 ? cfg_.n_embd / cfg_.n_head : 0;
+  TS_ASSIGN_OR_RETURN(cfg_.head_dim, engine::read_int_or(f, key(names::kKeyLength, arch), default_hd, 0, 4096));
+  if (cfg_.head_dim <= 0)
+    return data_loss(key(names::kEmbeddingLength, arch) + " is not a multiple of the head count and " +
+                     key(names::kKeyLength, arch) + " is absent");
+  TS_ASSIGN_OR_RETURN(const int64_t v_len,
+                      engine::read_int_or(f, key(names::kValueLength, arch), cfg_.head_dim, 1, 4096));
+  if (v_len != cfg_.head_dim)
+    return unimplemented(key(names::kValueLength, arch) + " != " + key(names::kKeyLength, arch));
+  TS_ASSIGN_OR_RETURN(cfg_.n_ctx_train, engine::read_int_or(f, key(names::kContextLength, arch), 0, 0, 1 << 26));
+  TS_ASSIGN_OR_RETURN(cfg_.rms_eps, engine::read_float_or(f, key(names::kRmsEps, arch), 1e-5, 0.0, 1.0));
+  TS_ASSIGN_OR_RETURN(cfg_.rope_freq_base,
+                      engine::read_float_or(f, key(names::kRopeFreqBase, arch), 10000.0, 1e-3, 1e12));
+  TS_ASSIGN_OR_RETURN(cfg_.n_rot,
+                      engine::read_int_or(f, key(names::kRopeDimensionCount, arch), cfg_.head_dim, 2, cfg_.head_dim));
+  if (cfg_.n_rot % 2 != 0) return data_loss(key(names::kRopeDimensionCount, arch) + " is odd");
+
+  double freq_scale = 1.0;
+  if (const gguf::Value* st = f.find(key(names::kRopeScalingType, arch))) {
+    const auto type = st->as_string();
+    if (!type) return data_loss(key(names::kRopeScalingType, arch) + " is not a string");
+    if (*type == "linear") {
+      TS_ASSIGN_OR_RETURN(const double factor,
+                          engine::read_float_or(f, key(names::kRopeScalingFactor, arch), 1.0, 1e-6, 1e6));
+      freq_scale = 1.0 / factor;
+    } else if (*type != "none") {
+      return unimplemented("RoPE scaling type '" + std::string(*type) + "'");
+    }
+  } else {
+    TS_ASSIGN_OR_RETURN(const double factor,
+                        engine::read_float_or(f, key(names::kRopeScaleLinear, arch), 1.0, 1e-6, 1e6));
+    freq_scale = 1.0 / factor;
+  }
+
+  rms_eps_ = float(cfg_.rms_eps);
+  rope_ = engine::ops::RopeConfig{};
+  rope_.n_rot = int(cfg_.n_rot);
+  rope_.freq_base = float(cfg_.rope_freq_base);
+  rope_.freq_scale = float(freq_scale);
+  rope_.neox = variant_.neox_rope;
+
+  // Tensors.
+  const gguf::TensorInfo* te = f.find_tensor(names::kTokenEmbd);
+  if (!te) return data_loss(std::string("missing tensor '") + names::kTokenEmbd + "'");
+  if (te->n_dims != 2 || te->ne[0] != cfg_.n_embd || te->ne[1] < 1)
+    return data_loss(std::string("tensor '") + names::kTokenEmbd + "' has shape " + te->shape_string() +
+                     ", expected [" + std::to_string(cfg_.n_embd) + ", n_vocab]");
+  cfg_.n_vocab = te->ne[1];
+  if (const gguf::Value* vs = f.find(key(names::kVocabSize, arch)); vs && vs->as_int() && *vs->as_int() != cfg_.n_vocab)
+    return data_loss(key(names::kVocabSize, arch) + " = " + std::to_string(*vs->as_int()) + " but '" +
+                     names::kTokenEmbd + "' has " + std::to_string(cfg_.n_vocab) + " rows");
+
+  engine::WeightBinder wb(f);
+  const int64_t d = cfg_.n_embd, hd = cfg_.head_dim;
+  const int64_t nq = cfg_.n_head * hd, nkv = cfg_.n_head_kv * hd;
+  TS_ASSIGN_OR_RETURN(tok_embd_, wb.matrix(names::kTokenEmbd, d, cfg_.n_vocab));
+  const uint64_t embd_bytes = wb.bound_bytes();
+  TS_ASSIGN_OR_RETURN(output_norm_, wb.vector(names::kOutputNorm, d));
+  const bool tied = !wb.has(names::kOutput);
+  if (tied) {
+    output_ = engine::Matrix(tok_embd_);
+  } else {
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView out, wb.matrix(names::kOutput, d, cfg_.n_vocab));
+    output_ = engine::Matrix(out);
+  }
+  TS_ASSIGN_OR_RETURN(rope_.freq_factors, wb.optional_vector(names::kRopeFreqs, cfg_.n_rot / 2));
+
+  layers_.clear();
+  layers_.resize(size_t(cfg_.n_layer));
+  for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    Layer& L = layers_[size_t(l)];
+    TS_ASSIGN_OR_RETURN(L.attn_norm, wb.vector(tensor(names::kAttnNorm, l), d));
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView wq_v, wb.matrix(tensor(names::kAttnQ, l), d, nq));
+    L.wq = engine::Matrix(wq_v);
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView wk_v, wb.matrix(tensor(names::kAttnK, l), d, nkv));
+    L.wk = engine::Matrix(wk_v);
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView wv_v, wb.matrix(tensor(names::kAttnV, l), d, nkv));
+    L.wv = engine::Matrix(wv_v);
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView wo_v, wb.matrix(tensor(names::kAttnOut, l), nq, d));
+    L.wo = engine::Matrix(wo_v);
+    if (variant_.require_qkv_bias) {
+      TS_ASSIGN_OR_RETURN(L.bq, wb.vector(tensor(names::kAttnQBias, l), nq));
+      TS_ASSIGN_OR_RETURN(L.bk, wb.vector(tensor(names::kAttnKBias, l), nkv));
+      TS_ASSIGN_OR_RETURN(L.bv, wb.vector(tensor(names::kAttnVBias, l), nkv));
+    } else {
+      TS_ASSIGN_OR_RETURN(L.bq, wb.optional_vector(tensor(names::kAttnQBias, l), nq));
+      TS_ASSIGN_OR_RETURN(L.bk, wb.optional_vector(tensor(names::kAttnKBias, l), nkv));
+      TS_ASSIGN_OR_RETURN(L.bv, wb.optional_vector(tensor(names::kAttnVBias, l), nkv));
+    }
+    TS_ASSIGN_OR_RETURN(L.bo, wb.optional_vector(tensor(names::kAttnOutBias, l), d));
+    if (variant_.qk_norm) {
+      TS_ASSIGN_OR_RETURN(L.q_norm, wb.vector(tensor(names::kAttnQNorm, l), hd));
+      TS_ASSIGN_OR_RETURN(L.k_norm, wb.vector(tensor(names::kAttnKNorm, l), hd));
+    }
+    TS_ASSIGN_OR_RETURN(L.ffn_norm, wb.vector(tensor(names::kFfnNorm, l), d));
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView gate_v, wb.matrix(tensor(names::kFfnGate, l), d, cfg_.n_ff));
+    L.gate = engine::Matrix(gate_v);
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView up_v, wb.matrix(tensor(names::kFfnUp, l), d, cfg_.n_ff));
+    L.up = engine::Matrix(up_v);
+    TS_ASSIGN_OR_RETURN(const kernels::WeightView down_v, wb.matrix(tensor(names::kFfnDown, l), cfg_.n_ff, d));
+    L.down = engine::Matrix(down_v);
+  }
+  // A decode step reads every matrix once; an untied embedding only one row.
+  weight_bytes_ = wb.bound_bytes();
+  if (!tied) weight_bytes_ = weight_bytes_ - embd_bytes + uint64_t(kernels::row_bytes(tok_embd_.type, d));
+  return Status::ok();
+}
+
+void LlamaFamily::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
+  attn_numerics_ = opts.flash_attn_numerics ? engine::ops::AttnNumerics::kFlashF16 : engine::ops::AttnNumerics::kSoftmaxF16;
+  if (!opts.pack_weights) return;
+  for (Layer& L : layers_)
+    for (engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->pack(&pool);
+  output_.pack(&pool);
+}
+
+engine::KvShape LlamaFamily::kv_shape() const {
+  engine::KvShape s;
+  s.n_layer = int(cfg_.n_layer);
+  s.n_head_kv = int(cfg_.n_head_kv);
+  s.head_dim_k = int(cfg_.head_dim);
+  s.head_dim_v = int(cfg_.head_dim);
+  return s;
+}
+
+// --- forward ---------------------------------------------------------------------------
+
+namespace {
+
+struct LlamaWorkspace final : engine::Workspace {
+  int64_t max_tokens = 0;
+  std::vector<float> x;       // [T, n_embd] residual stream
+  std::vector<float> xn;      // [T, n_embd] normalised input of the next projection
+  std::vector<float> q;       // [T, n_head*hd]
+  std::vector<float> k, v;    // [T, n_kv*hd]
+  std::vector<float> attn;    // [T, n_head*hd]
+  std::vector<float> tmp;     // [T, n_embd] projection output before the residual add
+  std::vector<float> h, h2;   // [T, n_ff] gated FFN activations
+  std::vector<float> cs;      // [T, n_rot] rope cos/sin
+  std::vector<int32_t> rows;  // compacted row -> token index (last layer)
+  struct Unit {
+    int32_t row_begin, row_end, kv_head;
+  };
+  std::vector<Unit> units;             // attention work, rebuilt per layer (capacity reserved)
+  std::vector<uint16_t> attn_scratch;  // per thread
+  int64_t attn_scratch_stride = 0;
+};
+
+// Token-parallel loop that stays on the calling thread for small batches (decode).
+template <typename F>
+void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0, 1);
+    return;
+  }
+  struct Args {
+    const F* fn;
+  } args{&fn};
+  pool.parallel_for(n, 1, [&args](int64_t b, int64_t e, int) { (*args.fn)(b, e); });
+}
+
+}  // namespace
+
+std::unique_ptr<engine::Workspace> LlamaFamily::make_workspace(int64_t T, int n_threads) const {
+  auto ws = std::make_unique<LlamaWorkspace>();
+  const int64_t d = cfg_.n_embd, nq = cfg_.n_head * cfg_.head_dim, nkv = cfg_.n_head_kv * cfg_.head_dim;
+  ws->max_tokens = T;
+  ws->x.resize(size_t(T * d));
+  ws->xn.resize(size_t(T * d));
+  ws->q.resize(size_t(T * nq));
+  ws->k.resize(size_t(T * nkv));
+  ws->v.resize(size_t(T * nkv));
+  ws->attn.resize(size_t(T * nq));
+  ws->tmp.resize(size_t(T * d));
+  ws->h.resize(size_t(T * cfg_.n_ff));
+  ws->h2.resize(size_t(T * cfg_.n_ff));
+  ws->cs.resize(size_t(T * cfg_.n_rot));
+  ws->rows.resize(size_t(T));
+  ws->units.reserve(size_t(T * cfg_.n_head_kv));
+  ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
+  ws->attn_scratch.resize(size_t(ws->attn_scratch_stride * std::max(1, n_threads)));
+  return ws;
+}
+
+void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+                          ThreadPool& pool) const {
+  auto& ws = static_cast<LlamaWorkspace&>(wsb);
+  int64_t n = int64_t(batch.tokens.size());
+  TS_CHECK(n > 0 && n <= ws.max_tokens);
+  const int64_t d = cfg_.n_embd, hd = cfg_.head_dim, n_ff = cfg_.n_ff;
+  const int64_t n_head = cfg_.n_head, n_head_kv = cfg_.n_head_kv;
+  const int64_t nq = n_head * hd, nkv = n_head_kv * hd, n_rot = cfg_.n_rot;
+  const int64_t n_out = int64_t(batch.out_rows.size());
+  const float kq_scale = 1.0f / std::sqrt(float(hd));
+
+  // Embeddings, rope tables, first norm.
+  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      kernels::dequantize_rows(tok_embd_, batch.tokens[size_t(i)], 1, ws.x.data() + i * d);
+      engine::ops::rope_table(rope_, batch.positions[size_t(i)], ws.cs.data() + i * n_rot);
+      engine::ops::rms_norm(ws.x.data() + i * d, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      ws.rows[size_t(i)] = int32_t(i);
+    }
+  });
+
+  for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    const Layer& L = layers_[size_t(l)];
+    const bool last = l + 1 == int(cfg_.n_layer);
+
+    // Q, K, V.
+    L.wq.matmul(ws.xn.data(), d, n, ws.q.data(), nq, pool);
+    L.wk.matmul(ws.xn.data(), d, n, ws.k.data(), nkv, pool);
+    L.wv.matmul(ws.xn.data(), d, n, ws.v.data(), nkv, pool);
+
+    // Bias, QK-norm, RoPE; K and V into the cache.
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* qi = ws.q.data() + i * nq;
+        float* ki = ws.k.data() + i * nkv;
+        float* vi = ws.v.data() + i * nkv;
+        if (L.bq) engine::ops::add(qi, L.bq, nq);
+        if (L.bk) engine::ops::add(ki, L.bk, nkv);
+        if (L.bv) engine::ops::add(vi, L.bv, nkv);
+        const float* cs = ws.cs.data() + i * n_rot;
+        for (int64_t h = 0; h < n_head; ++h) {
+          if (L.q_norm) engine::ops::rms_norm(qi + h * hd, L.q_norm, qi + h * hd, hd, rms_eps_);
+          engine::ops::rope_apply(rope_, cs, qi + h * hd);
+        }
+        for (int64_t h = 0; h < n_head_kv; ++h) {
+          if (L.k_norm) engine::ops::rms_norm(ki + h * hd, L.k_norm, ki + h * hd, hd, rms_eps_);
+          engine::ops::rope_apply(rope_, cs, ki + h * hd);
+        }
+        const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
+        const int64_t cell = sv.cell(batch.positions[size_t(i)]);
+        engine::ops::to_f16(ki, kv.k(l, cell), nkv);
+        engine::ops::to_f16(vi, kv.v(l, cell), nkv);
+      }
+    });
+
+    // In the last layer only the rows whose logits are wanted go on.
+    if (last && n_out < n) {
+      if (n_out == 0) return;
+      for (int64_t j = 0; j < n_out; ++j) {
+        const int64_t src = batch.out_rows[size_t(j)];
+        TS_CHECK(src >= j && src < n);
+        ws.rows[size_t(j)] = int32_t(src);
+        if (src == j) continue;
+        std::memcpy(ws.q.data() + j * nq, ws.q.data() + src * nq, size_t(nq) * sizeof(float));
+        std::memcpy(ws.x.data() + j * d, ws.x.data() + src * d, size_t(d) * sizeof(float));
+      }
+      n = n_out;
+    }
+
+    // Attention: one unit per (token, head), dealt round-robin so that long and short
+    // rows of a prompt spread evenly over the threads.
+    {
+      // Units of work: (run of up to `rows_per_unit` rows of one sequence, kv head); each
+      // runs the rows' query heads of that kv group together so K/V rows are read once.
+      const int64_t group = n_head / n_head_kv;
+      const int64_t rows_per_unit = std::max<int64_t>(1, engine::ops::kMaxGroupQueries / group);
+      ws.units.clear();
+      int64_t kv_bytes = 0;
+      for (int64_t i = 0; i < n;) {
+        const int32_t sq = batch.seq[size_t(ws.rows[size_t(i)])];
+        int64_t e = i + 1;
+        while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq) ++e;
+        for (int64_t g = 0; g < n_head_kv; ++g) ws.units.push_back({int32_t(i), int32_t(e), int32_t(g)});
+        kv_bytes += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1;
+        i = e;
+      }
+      kv_bytes *= n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
+      const int64_t n_units = int64_t(ws.units.size());
+      engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
+        uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
+        const float* qs[engine::ops::kMaxGroupQueries];
+        float* outs[engine::ops::kMaxGroupQueries];
+        int64_t n_kv[engine::ops::kMaxGroupQueries];
+        for (int64_t u = ith; u < n_units; u += nth) {
+          const LlamaWorkspace::Unit& un = ws.units[size_t(u)];
+          int n_q = 0;
+          for (int64_t i = un.row_begin; i < un.row_end; ++i) {
+            const int64_t tok = ws.rows[size_t(i)];
+            for (int64_t h = un.kv_head * group; h < (un.kv_head + 1) * group; ++h) {
+              qs[n_q] = ws.q.data() + i * nq + h * hd;
+              outs[n_q] = ws.attn.data() + i * nq + h * hd;
+              n_kv[n_q] = int64_t(batch.positions[size_t(tok)]) + 1;
+              ++n_q;
+            }
+          }
+          const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
+          engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, kq_scale, outs, scratch,
+                                       attn_numerics_);
+        }
+      });
+    }
+
+    // Output projection, residual, FFN norm.
+    L.wo.matmul(ws.attn.data(), nq, n, ws.tmp.data(), d, pool);
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* xi = ws.x.data() + i * d;
+        if (L.bo) engine::ops::add(ws.tmp.data() + i * d, L.bo, d);
+        engine::ops::add(xi, ws.tmp.data() + i * d, d);
+        engine::ops::rms_norm(xi, L.ffn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      }
+    });
+
+    // FFN, residual, the next norm (the next layer's attention norm or the output norm).
+    engine::linear_gated(L.gate, L.up, engine::GateAct::kSilu, ws.xn.data(), d, n, ws.h.data(), ws.h2.data(),
+                         pool);
+    L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
+    const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
+    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* xi = ws.x.data() + i * d;
+        engine::ops::add(xi, ws.tmp.data() + i * d, d);
+        engine::ops::rms_norm(xi, next_norm, ws.xn.data() + i * d, d, rms_eps_);
+      }
+    });
+  }
+
+  // Logits of the wanted rows (ws.xn holds exactly those rows now, in out_rows order).
+  if (n_out == 0) return;
+  TS_CHECK(n == n_out);
+  output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
+}
+
+}  // namespace ts::models

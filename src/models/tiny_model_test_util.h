@@ -1,0 +1,236 @@
+// Tiny random-weight GGUF models for the models tests, plus an independent reference
+// forward pass in double (written from the architecture descriptions, sharing no code
+// with the engine) to check llama/qwen2/qwen3 numerics end to end.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "gguf/gguf.h"
+#include "kernels/traits.h"
+
+namespace ts::models::testing {
+
+struct TinySpec {
+  std::string arch = "llama";
+  int n_embd = 32, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 64, n_vocab = 48;
+  int head_dim = 0;  // 0: n_embd / n_head (no key_length key)
+  float rope_base = 10000.0f, eps = 1e-5f;
+  bool tied = false, qkv_bias = false, qk_norm = false;
+  DType wtype = DType::F32;                               // type of the 2-D weights
+  uint64_t seed = 1;
+  std::set<std::string> skip_tensors;                     // leave these out
+  std::map<std::string, std::vector<int64_t>> reshape;    // write these with another shape
+  std::map<std::string, DType> retype;                    // write these with another type
+  std::set<std::string> skip_keys;                        // leave these metadata keys out
+};
+
+// All weights as float (what the reference forward uses), by tensor name.
+using Weights = std::map<std::string, std::vector<float>>;
+
+inline int hd_of(const TinySpec& s) { return s.head_dim ? s.head_dim : s.n_embd / s.n_head; }
+
+inline std::vector<uint8_t> encode(DType t, const std::vector<float>& v, int64_t n_cols) {
+  if (t == DType::F32) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  }
+  const int64_t rows = int64_t(v.size()) / n_cols;
+  const int64_t rb = kernels::row_bytes(t, n_cols);
+  std::vector<uint8_t> b(size_t(rows * rb));
+  for (int64_t r = 0; r < rows; ++r) kernels::traits(t).from_float(v.data() + r * n_cols, b.data() + r * rb, n_cols);
+  return b;
+}
+
+inline std::vector<float> decode(DType t, const std::vector<uint8_t>& b, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  if (t == DType::F32) std::memcpy(v.data(), b.data(), size_t(n) * 4);
+  else kernels::traits(t).to_float(b.data(), v.data(), n);
+  return v;
+}
+
+// Writes the model to `path` and returns its weights as the engine will see them (after
+// quantization, so the reference uses exactly the same values).
+inline Weights write_tiny(const TinySpec& s, const std::string& path) {
+  gguf::Writer w;
+  const std::string a = s.arch;
+  auto key = [&](const char* k) { return a + "." + k; };
+  w.add_string("general.architecture", a);
+  w.add_string("general.name", "tiny-" + a);
+  auto u32 = [&](const std::string& k, uint32_t v) {
+    if (!s.skip_keys.count(k)) w.add_u32(k, v);
+  };
+  u32(key("embedding_length"), uint32_t(s.n_embd));
+  u32(key("block_count"), uint32_t(s.n_layer));
+  u32(key("attention.head_count"), uint32_t(s.n_head));
+  u32(key("attention.head_count_kv"), uint32_t(s.n_head_kv));
+  u32(key("feed_forward_length"), uint32_t(s.n_ff));
+  u32(key("context_length"), 256);
+  if (s.head_dim) {
+    u32(key("attention.key_length"), uint32_t(s.head_dim));
+    u32(key("attention.value_length"), uint32_t(s.head_dim));
+  }
+  if (!s.skip_keys.count(key("rope.freq_base"))) w.add_f32(key("rope.freq_base"), s.rope_base);
+  if (!s.skip_keys.count(key("attention.layer_norm_rms_epsilon"))) w.add_f32(key("attention.layer_norm_rms_epsilon"), s.eps);
+
+  Rng rng(s.seed);
+  Weights ws;
+  const int hd = hd_of(s), nq = s.n_head * hd, nkv = s.n_head_kv * hd;
+  auto add = [&](const std::string& name, int64_t n_cols, int64_t n_rows, float scale, float offset, bool matrix) {
+    if (s.skip_tensors.count(name)) return;
+    std::vector<float> v(static_cast<size_t>(n_cols * n_rows));
+    for (auto& x : v) x = offset + scale * rng.normal();
+    DType t = matrix ? s.wtype : DType::F32;
+    if (auto it = s.retype.find(name); it != s.retype.end()) t = it->second;
+    std::vector<int64_t> ne = n_rows > 1 || matrix ? std::vector<int64_t>{n_cols, n_rows} : std::vector<int64_t>{n_cols};
+    if (auto it = s.reshape.find(name); it != s.reshape.end()) {
+      ne = it->second;
+      int64_t n = 1;
+      for (auto e : ne) n *= e;
+      v.resize(size_t(n), 0.5f);
+      n_cols = ne[0];
+    }
+    std::vector<uint8_t> bytes;
+    if (t == DType::F32 || kernels::is_supported(t)) {
+      bytes = encode(t, v, n_cols);
+      ws[name] = decode(t, bytes, int64_t(v.size()));
+    } else {  // a type without kernels: any bytes of the right size
+      const auto layout = dtype_layout(uint32_t(t));
+      bytes.assign(size_t(dtype_row_bytes(*layout, uint64_t(n_cols)) * (v.size() / size_t(n_cols))), 0);
+    }
+    w.add_tensor(name, t, ne, std::move(bytes));
+  };
+  const float ws_in = 1.0f / std::sqrt(float(s.n_embd));
+  add("token_embd.weight", s.n_embd, s.n_vocab, 1.0f, 0.0f, true);
+  add("output_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
+  if (!s.tied) add("output.weight", s.n_embd, s.n_vocab, ws_in, 0.0f, true);
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
+    add(p + "attn_q.weight", s.n_embd, nq, ws_in, 0.0f, true);
+    add(p + "attn_k.weight", s.n_embd, nkv, ws_in, 0.0f, true);
+    add(p + "attn_v.weight", s.n_embd, nkv, ws_in, 0.0f, true);
+    add(p + "attn_output.weight", nq, s.n_embd, 1.0f / std::sqrt(float(nq)), 0.0f, true);
+    if (s.qkv_bias) {
+      add(p + "attn_q.bias", nq, 1, 0.2f, 0.0f, false);
+      add(p + "attn_k.bias", nkv, 1, 0.2f, 0.0f, false);
+      add(p + "attn_v.bias", nkv, 1, 0.2f, 0.0f, false);
+    }
+    if (s.qk_norm) {
+      add(p + "attn_q_norm.weight", hd, 1, 0.1f, 1.0f, false);
+      add(p + "attn_k_norm.weight", hd, 1, 0.1f, 1.0f, false);
+    }
+    add(p + "ffn_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
+    add(p + "ffn_gate.weight", s.n_embd, s.n_ff, ws_in, 0.0f, true);
+    add(p + "ffn_up.weight", s.n_embd, s.n_ff, ws_in, 0.0f, true);
+    add(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(float(s.n_ff)), 0.0f, true);
+  }
+  const Status st = w.write(path);
+  (void)st;
+  return ws;
+}
+
+// Reference forward: logits of every position of `tokens` (causal), in double.
+inline std::vector<std::vector<double>> reference_logits(const TinySpec& s, const Weights& W,
+                                                         const std::vector<int32_t>& tokens) {
+  const int d = s.n_embd, hd = hd_of(s), nq = s.n_head * hd, nkv = s.n_head_kv * hd;
+  const bool neox = s.arch == "qwen2" || s.arch == "qwen3";
+  auto mat = [&](const std::string& name, const std::vector<double>& x, int n_out) {
+    const auto& m = W.at(name);
+    const int n_in = int(x.size());
+    std::vector<double> y(static_cast<size_t>(n_out), 0.0);
+    for (int r = 0; r < n_out; ++r)
+      for (int c = 0; c < n_in; ++c) y[size_t(r)] += double(m[size_t(r * n_in + c)]) * x[size_t(c)];
+    return y;
+  };
+  auto rms = [&](std::vector<double> x, const std::string& wname) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double sc = 1.0 / std::sqrt(ss / double(x.size()) + double(s.eps));
+    const auto& w = W.at(wname);
+    for (size_t i = 0; i < x.size(); ++i) x[i] *= sc * double(w[i]);
+    return x;
+  };
+  auto rope = [&](double* v, int pos) {
+    for (int i = 0; i < hd / 2; ++i) {
+      const double th = pos * std::pow(double(s.rope_base), -2.0 * i / hd);
+      const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = x0 * std::cos(th) - x1 * std::sin(th);
+      v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+    }
+  };
+  const int T = int(tokens.size());
+  std::vector<std::vector<double>> x(static_cast<size_t>(T), std::vector<double>(size_t(d)));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < d; ++i) x[size_t(t)][size_t(i)] = W.at("token_embd.weight")[size_t(tokens[size_t(t)] * d + i)];
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    std::vector<std::vector<double>> q(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      const auto xn = rms(x[size_t(t)], p + "attn_norm.weight");
+      q[size_t(t)] = mat(p + "attn_q.weight", xn, nq);
+      k[size_t(t)] = mat(p + "attn_k.weight", xn, nkv);
+      v[size_t(t)] = mat(p + "attn_v.weight", xn, nkv);
+      if (s.qkv_bias) {
+        for (int i = 0; i < nq; ++i) q[size_t(t)][size_t(i)] += W.at(p + "attn_q.bias")[size_t(i)];
+        for (int i = 0; i < nkv; ++i) k[size_t(t)][size_t(i)] += W.at(p + "attn_k.bias")[size_t(i)];
+        for (int i = 0; i < nkv; ++i) v[size_t(t)][size_t(i)] += W.at(p + "attn_v.bias")[size_t(i)];
+      }
+      for (int h = 0; h < s.n_head; ++h) {
+        if (s.qk_norm) {
+          std::vector<double> hv(q[size_t(t)].begin() + h * hd, q[size_t(t)].begin() + (h + 1) * hd);
+          hv = rms(hv, p + "attn_q_norm.weight");
+          std::copy(hv.begin(), hv.end(), q[size_t(t)].begin() + h * hd);
+        }
+        rope(q[size_t(t)].data() + h * hd, t);
+      }
+      for (int h = 0; h < s.n_head_kv; ++h) {
+        if (s.qk_norm) {
+          std::vector<double> hv(k[size_t(t)].begin() + h * hd, k[size_t(t)].begin() + (h + 1) * hd);
+          hv = rms(hv, p + "attn_k_norm.weight");
+          std::copy(hv.begin(), hv.end(), k[size_t(t)].begin() + h * hd);
+        }
+        rope(k[size_t(t)].data() + h * hd, t);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> att(static_cast<size_t>(nq), 0.0);
+      for (int h = 0; h < s.n_head; ++h) {
+        const int g = h / (s.n_head / s.n_head_kv);
+        std::vector<double> sc(static_cast<size_t>(t + 1));
+        double mx = -1e300;
+        for (int u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) dot += q[size_t(t)][size_t(h * hd + i)] * k[size_t(u)][size_t(g * hd + i)];
+          sc[size_t(u)] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, sc[size_t(u)]);
+        }
+        double sum = 0;
+        for (auto& e : sc) sum += (e = std::exp(e - mx));
+        for (int u = 0; u <= t; ++u)
+          for (int i = 0; i < hd; ++i) att[size_t(h * hd + i)] += sc[size_t(u)] / sum * v[size_t(u)][size_t(g * hd + i)];
+      }
+      const auto o = mat(p + "attn_output.weight", att, d);
+      for (int i = 0; i < d; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
+      const auto xn = rms(x[size_t(t)], p + "ffn_norm.weight");
+      auto g = mat(p + "ffn_gate.weight", xn, s.n_ff);
+      const auto u = mat(p + "ffn_up.weight", xn, s.n_ff);
+      for (int i = 0; i < s.n_ff; ++i) g[size_t(i)] = g[size_t(i)] / (1.0 + std::exp(-g[size_t(i)])) * u[size_t(i)];
+      const auto dn = mat(p + "ffn_down.weight", g, d);
+      for (int i = 0; i < d; ++i) x[size_t(t)][size_t(i)] += dn[size_t(i)];
+    }
+  }
+  std::vector<std::vector<double>> out;
+  for (int t = 0; t < T; ++t)
+    out.push_back(mat(s.tied ? "token_embd.weight" : "output.weight", rms(x[size_t(t)], "output_norm.weight"), s.n_vocab));
+  return out;
+}
+
+}  // namespace ts::models::testing

@@ -1,0 +1,238 @@
+// `tierserve run`: load a model, evaluate a prompt (one batched pass), sample tokens and
+// stream their text to stdout; finish with one stderr line of performance accounting
+// (prompt and decode tok/s, achieved GB/s against the machine's measured peak, the logits
+// hash). --json prints one JSON object instead of the stream.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "commands.h"
+#include "core/clock.h"
+#include "engine/model.h"
+#include "engine/perf.h"
+#include "engine/sampling.h"
+#include "engine/stop.h"
+#include "models/register.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ts::tools {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  int n_predict = 128;
+  int n_threads = 0;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 512;
+  float temp = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int64_t seed = -1;
+  std::vector<std::string> stops;
+  bool ignore_eos = false;
+  bool json = false;
+  std::string flash_attn = "on";
+};
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "tierserve run: error: %s\n", msg.c_str());
+  return 1;
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "tierserve run: %s (see tierserve run --help)\n", msg.c_str());
+  return 2;
+}
+
+void emit(const std::string& s, bool json) {
+  if (json || s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  RunOptions o;
+  CLI::App app{"Generate text from a prompt.", "tierserve run"};
+  app.add_option("-m,--model", o.model, "GGUF model file")->required();
+  app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (> 0)")->capture_default_str();
+  app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")->capture_default_str();
+  app.add_option("-c,--ctx", o.n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
+  app.add_option("-b,--batch", o.n_batch, "prompt tokens per forward pass")->capture_default_str();
+  app.add_option("--temp", o.temp, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", o.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-penalty", o.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
+  app.add_option("--repeat-last-n", o.repeat_last_n, "tokens the penalties look back")->capture_default_str();
+  app.add_option("--frequency-penalty", o.frequency_penalty, "frequency penalty")->capture_default_str();
+  app.add_option("--presence-penalty", o.presence_penalty, "presence penalty")->capture_default_str();
+  app.add_option("-s,--seed", o.seed, "sampling seed (-1: random)")->capture_default_str();
+  app.add_option("--stop", o.stops, "stop string (repeatable)");
+  app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
+  app.add_option("--fa,--flash-attn", o.flash_attn,
+                 "attention rounding as llama.cpp with flash attention on (its default) or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (o.n_predict <= 0) return usage_error("-n must be > 0, got " + std::to_string(o.n_predict));
+  if (o.n_threads < 0) return usage_error("-t must be >= 0, got " + std::to_string(o.n_threads));
+  if (o.n_ctx < 0) return usage_error("--ctx must be >= 0, got " + std::to_string(o.n_ctx));
+  if (o.n_batch <= 0) return usage_error("--batch must be > 0, got " + std::to_string(o.n_batch));
+  engine::SamplingParams sp;
+  sp.temperature = o.temp;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.repeat_penalty = o.repeat_penalty;
+  sp.penalty_last_n = o.repeat_last_n;
+  sp.frequency_penalty = o.frequency_penalty;
+  sp.presence_penalty = o.presence_penalty;
+  sp.seed = o.seed >= 0 ? uint64_t(o.seed) : uint64_t(std::random_device{}());
+  if (Status st = engine::validate(sp); !st.is_ok()) return usage_error(st.message());
+
+  models::register_all();
+  engine::ModelOptions mo;
+  mo.n_threads = o.n_threads;
+  mo.flash_attn_numerics = o.flash_attn == "on";
+  auto model_r = engine::Model::load(o.model, mo);
+  if (!model_r.is_ok()) return fail(model_r.status().to_string());
+  engine::Model& model = **model_r;
+  auto tok_r = tok::Tokenizer::from_gguf(model.gguf());
+  if (!tok_r.is_ok()) return fail("tokenizer: " + tok_r.status().to_string());
+  const tok::Tokenizer& tokenizer = **tok_r;
+  auto ctx_r = engine::Context::create(model, o.n_ctx, o.n_batch);
+  if (!ctx_r.is_ok()) return fail(ctx_r.status().to_string());
+  engine::Context& ctx = **ctx_r;
+
+  const std::vector<int32_t> prompt = tokenizer.encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (prompt.empty()) return fail("the prompt has no tokens");
+  if (int64_t(prompt.size()) >= ctx.n_ctx())
+    return fail("the prompt has " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
+                std::to_string(ctx.n_ctx()) + " tokens with room to generate (use a shorter prompt or a larger --ctx)");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= model.config().n_vocab)
+      return fail("the tokenizer produced id " + std::to_string(t) + " outside the model's vocabulary");
+
+  engine::Sampler sampler(sp);
+  for (int32_t t : prompt) sampler.accept(t);
+
+  // Prompt: one batched pass.
+  const int64_t t0 = now_ns();
+  if (Status st = ctx.eval(prompt); !st.is_ok()) return fail(st.to_string());
+  const int64_t t1 = now_ns();
+
+  // Decode.
+  std::vector<int32_t> out;
+  std::string text;      // all generated text
+  size_t emitted = 0;    // bytes of `text` already written to stdout
+  size_t checked = 0;    // bytes of `text` already checked for stop strings
+  uint64_t hash = engine::kFnvOffset;
+  tok::StreamDecoder decoder(tokenizer);
+  std::string stop_reason = "length";
+  bool stopped = false;
+  while (!stopped) {
+    const std::span<const float> logits = ctx.logits(0);
+    hash = engine::fnv1a_update(hash, logits);
+    const int32_t id = sampler.sample(logits);
+    sampler.accept(id);
+    if (!o.ignore_eos && tokenizer.is_eog(id)) {
+      stop_reason = "eos";
+      break;
+    }
+    out.push_back(id);
+    text += decoder.push(id);
+    if (int64_t(out.size()) >= o.n_predict) {
+      text += decoder.flush();
+      stopped = true;
+    }
+    const engine::StopCheck sc = engine::check_stop(text, o.stops, checked);
+    checked = text.size();
+    if (sc.stopped) {
+      text.resize(sc.end);
+      stop_reason = "stop";
+      stopped = true;
+    }
+    const size_t safe = stopped ? text.size() : sc.end;
+    if (safe > emitted) {
+      emit(text.substr(emitted, safe - emitted), o.json);
+      emitted = safe;
+    }
+    if (stopped) break;
+    if (ctx.n_past() >= ctx.n_ctx()) {
+      stop_reason = "context";
+      break;
+    }
+    if (Status st = ctx.eval(std::span<const int32_t>(&id, 1)); !st.is_ok()) return fail(st.to_string());
+  }
+  if (!stopped) {  // eos / context: flush held-back bytes
+    text += decoder.flush();
+    if (text.size() > emitted) emit(text.substr(emitted), o.json);
+  }
+  const int64_t t2 = now_ns();
+
+  const double prompt_ms = double(t1 - t0) * 1e-6;
+  const double gen_ms = double(t2 - t1) * 1e-6;
+  const double prompt_tok_s = prompt_ms > 0 ? double(prompt.size()) * 1e3 / prompt_ms : 0.0;
+  const double gen_tok_s = gen_ms > 0 && !out.empty() ? double(out.size()) * 1e3 / gen_ms : 0.0;
+  const double gbs = double(model.weight_bytes()) * gen_tok_s / 1e9;
+  const double peak = engine::peak_read_bandwidth_gbs();
+  char hash_hex[17];
+  std::snprintf(hash_hex, sizeof hash_hex, "%016llx", static_cast<unsigned long long>(hash));
+
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["arch"] = model.config().arch;
+    j["prompt_tokens"] = prompt;
+    j["tokens"] = out;
+    j["text"] = text;
+    j["stop_reason"] = stop_reason;
+    j["prompt_ms"] = prompt_ms;
+    j["gen_ms"] = gen_ms;
+    j["prompt_tok_s"] = prompt_tok_s;
+    j["gen_tok_s"] = gen_tok_s;
+    j["weight_bytes"] = model.weight_bytes();
+    j["gb_s"] = gbs;
+    j["peak_gb_s"] = peak;
+    j["n_threads"] = model.n_threads();
+    j["n_ctx"] = ctx.n_ctx();
+    j["seed"] = sp.seed;
+    j["logits_hash"] = hash_hex;
+    std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", s.c_str());
+  } else if (isatty(STDOUT_FILENO)) {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok %.2f ms (%.1f tok/s) | "
+               "%.2f GB/s of %.1f GB/s peak (%.1f%%) | %d threads | logits hash %s | stop: %s\n",
+               prompt.size(), prompt_ms, prompt_tok_s, out.size(), gen_ms, gen_tok_s, gbs, peak,
+               peak > 0 ? 100.0 * gbs / peak : 0.0, model.n_threads(), hash_hex, stop_reason.c_str());
+  return 0;
+}
+
+}  // namespace ts::tools

@@ -1,0 +1,209 @@
+// Black-box tests of `tierserve run`: the real binary on stories260K, compared with the
+// llama.cpp goldens, and every kind of bad input ending in a clear message and a non-zero
+// exit status (never a signal).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace ts {
+namespace {
+
+const std::string kModel = std::string(TS_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kGolden = std::string(TS_SHARED_DIR) + "/testdata/stories260K_greedy.json";
+const std::string kWork = std::string(TS_BINARY_DIR) + "/run_cli_test";
+
+struct Proc {
+  bool signaled = false;
+  int code = -1;  // exit status when !signaled, else the signal
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `tierserve run <args>` with stdout and stderr captured in files.
+Proc run(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s = {TS_TIERSERVE_BIN, "run"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const std::string out_path = kWork + "/stdout", err_path = kWork + "/stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fo = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fe = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0) _exit(127);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    setenv("TIERSERVE_CACHE_DIR", kWork.c_str(), 1);  // measure the peak bandwidth once
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Proc p;
+  p.signaled = WIFSIGNALED(status);
+  p.code = p.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+  p.out = slurp(out_path);
+  p.err = slurp(err_path);
+  return p;
+}
+
+class RunCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string cmd = "mkdir -p '" + kWork + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  static nlohmann::json golden() {
+    std::ifstream in(kGolden);
+    return nlohmann::json::parse(in);
+  }
+};
+
+TEST_F(RunCli, JsonMatchesGoldenForEveryCase) {
+  for (const auto& c : golden()["cases"]) {
+    const std::string prompt = c["prompt"].get<std::string>();
+    const Proc p = run({"-m", kModel, "-p", prompt, "-n", "64", "--temp", "0", "-t", "2", "--json"});
+    ASSERT_FALSE(p.signaled);
+    ASSERT_EQ(p.code, 0) << p.err;
+    const auto j = nlohmann::json::parse(p.out);
+    for (const char* k : {"prompt_tokens", "tokens", "text", "prompt_ms", "gen_ms", "prompt_tok_s", "gen_tok_s",
+                          "logits_hash", "gb_s", "peak_gb_s"})
+      EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_EQ(j["prompt_tokens"], c["prompt_tokens"]) << prompt;
+    EXPECT_EQ(j["tokens"], c["completion_tokens"]) << prompt;
+    EXPECT_EQ(j["text"], c["completion_text"]) << prompt;
+    EXPECT_EQ(j["stop_reason"], "length");
+    EXPECT_GT(j["prompt_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(j["gen_tok_s"].get<double>(), 0.0);
+  }
+}
+
+TEST_F(RunCli, StreamedTextEqualsJsonText) {
+  const auto c = golden()["cases"][2];
+  const std::string prompt = c["prompt"].get<std::string>();
+  const Proc s = run({"-m", kModel, "-p", prompt, "-n", "64", "--temp", "0"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  const Proc j = run({"-m", kModel, "-p", prompt, "-n", "64", "--temp", "0", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto js = nlohmann::json::parse(j.out);
+  EXPECT_EQ(s.out, js["text"].get<std::string>());
+  EXPECT_EQ(s.out, c["completion_text"].get<std::string>());
+  // The summary line: speeds, bandwidth against the peak, the logits hash (same both ways).
+  for (const char* k : {"prompt", "decode", "tok/s", "GB/s", "peak", "logits hash"})
+    EXPECT_NE(s.err.find(k), std::string::npos) << k << " in: " << s.err;
+  EXPECT_NE(s.err.find(js["logits_hash"].get<std::string>()), std::string::npos);
+}
+
+TEST_F(RunCli, ThreadsDoNotChangeOutput) {
+  const Proc a = run({"-m", kModel, "-p", "The little dog", "-n", "32", "--temp", "0", "-t", "1", "--json"});
+  const Proc b = run({"-m", kModel, "-p", "The little dog", "-n", "32", "--temp", "0", "-t", "3", "--json"});
+  ASSERT_EQ(a.code, 0);
+  ASSERT_EQ(b.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["logits_hash"], nlohmann::json::parse(b.out)["logits_hash"]);
+}
+
+TEST_F(RunCli, SeededSamplingIsReproducible) {
+  auto tokens = [](const std::string& seed) {
+    const Proc p = run({"-m", kModel, "-p", "Once upon a time", "-n", "40", "--temp", "1.0", "--top-k", "0",
+                        "--top-p", "1", "--min-p", "0", "--seed", seed, "--json"});
+    EXPECT_EQ(p.code, 0) << p.err;
+    return nlohmann::json::parse(p.out)["tokens"];
+  };
+  EXPECT_EQ(tokens("42"), tokens("42"));
+  EXPECT_NE(tokens("42"), tokens("43"));
+}
+
+TEST_F(RunCli, StopString) {
+  const Proc p = run({"-m", kModel, "-p", "Once upon a time", "-n", "64", "--temp", "0", "--stop", "Lily", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["text"], ", there was a little girl named ");
+  EXPECT_EQ(j["stop_reason"], "stop");
+  const Proc s = run({"-m", kModel, "-p", "Once upon a time", "-n", "64", "--temp", "0", "--stop", "Lily"});
+  EXPECT_EQ(s.out, ", there was a little girl named ");
+}
+
+TEST_F(RunCli, ShortGeneration) {
+  const Proc p = run({"-m", kModel, "-p", "Once upon a time", "-n", "3", "--temp", "0", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(nlohmann::json::parse(p.out)["tokens"], (std::vector<int>{432, 383, 286}));
+}
+
+// --- bad input ---------------------------------------------------------------------------
+
+void expect_clean_failure(const Proc& p, const std::string& needle) {
+  EXPECT_FALSE(p.signaled) << "killed by signal " << p.code;
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find(needle), std::string::npos) << "stderr lacks '" << needle << "': " << p.err;
+}
+
+TEST_F(RunCli, MissingFile) {
+  expect_clean_failure(run({"-m", kWork + "/no-such-model.gguf", "-p", "hi"}), "no-such-model.gguf");
+}
+
+TEST_F(RunCli, NotAGgufFile) {
+  const std::string path = kWork + "/garbage.gguf";
+  std::ofstream(path) << "definitely not a GGUF file, just some text of reasonable length\n";
+  expect_clean_failure(run({"-m", path, "-p", "hi"}), "DataLoss");
+  const std::string empty = kWork + "/empty.gguf";
+  std::ofstream{empty};
+  expect_clean_failure(run({"-m", empty, "-p", "hi"}), "error");
+}
+
+TEST_F(RunCli, TruncatedModel) {
+  const std::string bytes = slurp(kModel);
+  const std::string path = kWork + "/truncated.gguf";
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  expect_clean_failure(run({"-m", path, "-p", "hi"}), "error");
+}
+
+TEST_F(RunCli, UnsupportedArchitecture) {
+  gguf::Writer w;
+  w.add_string("general.architecture", "foo");
+  w.add_u32("foo.block_count", 1);
+  w.add_tensor("token_embd.weight", DType::F32, {4, 2}, std::vector<uint8_t>(32, 0));
+  const std::string path = kWork + "/foo.gguf";
+  ASSERT_TRUE(w.write(path).is_ok());
+  expect_clean_failure(run({"-m", path, "-p", "hi"}), "unsupported architecture 'foo'");
+}
+
+TEST_F(RunCli, NonPositiveTokenCount) {
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "-n", "0"}), "-n");
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "-n", "-5"}), "-n");
+}
+
+TEST_F(RunCli, PromptLongerThanContext) {
+  expect_clean_failure(run({"-m", kModel, "-p", "Once upon a time there was a little girl named Lily", "--ctx", "8"}),
+                       "context");
+}
+
+TEST_F(RunCli, BadSamplingFlags) {
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--temp", "-1"}), "temperature");
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--temp", "abc"}), "temp");
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--top-p", "2"}), "top_p");
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "-t", "-2"}), "-t");
+}
+
+TEST_F(RunCli, MissingRequiredFlags) {
+  expect_clean_failure(run({"-p", "hi"}), "model");
+  expect_clean_failure(run({"-m", kModel}), "prompt");
+}
+
+}  // namespace
+}  // namespace ts
