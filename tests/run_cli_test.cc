@@ -145,6 +145,19 @@ TEST_F(RunCli, ShortGeneration) {
   EXPECT_EQ(nlohmann::json::parse(p.out)["tokens"], (std::vector<int>{432, 383, 286}));
 }
 
+TEST_F(RunCli, ChatRendersWithTheTemplateItDetected) {
+  // stories260K has no chat template and a plain llama vocabulary: the fallback is logged.
+  const Proc p = run({"-m", kModel, "--chat", "--system", "Be brief.", "-p", "Tell a story", "-n", "4", "--temp",
+                      "0", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.err.find("chat template"), std::string::npos) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  const Proc plain = run({"-m", kModel, "-p", "Tell a story", "-n", "4", "--temp", "0", "--json"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  // The rendered prompt wraps the message, so it is longer than the raw one.
+  EXPECT_GT(j["prompt_tokens"].size(), nlohmann::json::parse(plain.out)["prompt_tokens"].size());
+}
+
 // --- bad input ---------------------------------------------------------------------------
 
 void expect_clean_failure(const Proc& p, const std::string& needle) {
@@ -198,6 +211,12 @@ TEST_F(RunCli, BadSamplingFlags) {
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "--temp", "abc"}), "temp");
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "--top-p", "2"}), "top_p");
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "-t", "-2"}), "-t");
+}
+
+TEST_F(RunCli, BadChatFlags) {
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--system", "x"}), "--chat");
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--chat", "--chat-template", "nonsense"}), "nonsense");
+  expect_clean_failure(run({"-m", kModel, "-p", ""}), "empty");
 }
 
 TEST_F(RunCli, MissingRequiredFlags) {

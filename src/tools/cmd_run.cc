@@ -20,6 +20,7 @@
 #include "engine/sampling.h"
 #include "engine/stop.h"
 #include "models/register.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ts::tools {
@@ -45,7 +46,29 @@ struct RunOptions {
   bool ignore_eos = false;
   bool json = false;
   std::string flash_attn = "on";
+  bool chat = false;
+  std::string system;
+  std::string chat_template;  // family name overriding detection
 };
+
+// The prompt as the model sees it: the raw text, or with --chat one user turn (after an
+// optional system turn) rendered by the model's chat template with the generation prompt.
+Result<std::string> build_prompt(const RunOptions& o, const gguf::File& f) {
+  if (!o.chat) {
+    if (!o.system.empty() || !o.chat_template.empty())
+      return invalid_argument("--system and --chat-template need --chat");
+    return o.prompt;
+  }
+  Result<tok::ChatTemplate> tmpl =
+      o.chat_template.empty() ? tok::ChatTemplate::detect(f) : tok::ChatTemplate::from_name(o.chat_template);
+  if (!tmpl.is_ok()) return tmpl.status();
+  std::fprintf(stderr, "tierserve run: chat template %s (%s)\n", std::string(tok::chat_family_name(tmpl->family())).c_str(),
+               tmpl->reason().c_str());
+  std::vector<tok::ChatMessage> msgs;
+  if (!o.system.empty()) msgs.push_back({"system", o.system});
+  msgs.push_back({"user", o.prompt});
+  return tmpl->render(msgs, /*add_generation_prompt=*/true);
+}
 
 int fail(const std::string& msg) {
   std::fprintf(stderr, "tierserve run: error: %s\n", msg.c_str());
@@ -89,6 +112,10 @@ int cmd_run(int argc, char** argv) {
                  "attention rounding as llama.cpp with flash attention on (its default) or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  app.add_flag("--chat", o.chat, "render the prompt as a user message with the model's chat template");
+  app.add_option("--system", o.system, "system message (with --chat)");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat template family instead of the detected one (gemma, llama3, chatml, qwen3, mistral, phi3)");
   app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
   try {
     app.parse(argc, argv);
@@ -127,7 +154,10 @@ int cmd_run(int argc, char** argv) {
   if (!ctx_r.is_ok()) return fail(ctx_r.status().to_string());
   engine::Context& ctx = **ctx_r;
 
-  const std::vector<int32_t> prompt = tokenizer.encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (o.prompt.empty()) return usage_error("the prompt is empty");
+  Result<std::string> prompt_text = build_prompt(o, model.gguf());
+  if (!prompt_text.is_ok()) return fail(prompt_text.status().to_string());
+  const std::vector<int32_t> prompt = tokenizer.encode(*prompt_text, /*add_special=*/true, /*parse_special=*/true);
   if (prompt.empty()) return fail("the prompt has no tokens");
   if (int64_t(prompt.size()) >= ctx.n_ctx())
     return fail("the prompt has " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
