@@ -94,6 +94,11 @@ bool use_avx2() {
   return yes;
 }
 
+bool use_avx512() {
+  static const bool yes = cpu_features().avx512 && cpu_features().avx2;
+  return yes;
+}
+
 }  // namespace
 
 // llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no
@@ -148,6 +153,7 @@ void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const 
       attention_head_softmax_f16(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
     return;
   }
+  if (use_avx512() && detail::attention_group_avx512(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out)) return;
   if (use_avx2()) {
     detail::attention_group_avx2(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch);
     return;

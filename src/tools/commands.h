@@ -7,5 +7,6 @@ namespace ts::tools {
 int cmd_gguf_info(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
+int cmd_batched_bench(int argc, char** argv);
 
 }  // namespace ts::tools

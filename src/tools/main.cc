@@ -16,6 +16,7 @@ constexpr Command kCommands[] = {
     {"run", ts::tools::cmd_run, "generate text from a prompt"},
     {"gguf-info", ts::tools::cmd_gguf_info, "print a GGUF file's metadata and tensors"},
     {"make-model", ts::tools::cmd_make_model, "write a deterministic random-weight GGUF model"},
+    {"batched-bench", ts::tools::cmd_batched_bench, "prompt and decode speed of parallel sequences"},
 };
 
 void usage(FILE* out) {

@@ -1,0 +1,83 @@
+// The AVX-512 attention (attn_avx512.cc) against the AVX2 one, bit for bit: head sizes
+// 64/128/256, 1..16 queries with different causal lengths, paged block tables of several
+// block sizes, scores from flat to very peaked (the running max moves often or never).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/rng.h"
+#include "engine/kv_cache.h"
+#include "engine/ops.h"
+#include "ops_internal.h"
+
+namespace ts::engine {
+namespace {
+
+TEST(AttentionAvx512, BitIdenticalToAvx2) {
+  if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
+  Rng rng(17);
+  for (int dim : {64, 128, 256})
+    for (int bs : {16, 5, 2})
+      for (float q_scale : {0.1f, 1.0f, 6.0f}) {
+        const int n_pos = 83, n_head_kv = 2;
+        const int64_t n_blocks = (n_pos + bs - 1) / bs + 3;
+        auto kv = std::move(KvCache::create({1, n_head_kv, dim, dim}, n_blocks, bs)).value();
+        std::vector<int32_t> blocks;
+        for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t((b * 7 + 3) % n_blocks));
+        // A permutation only if gcd(7, n_blocks) == 1; otherwise fall back to reversed.
+        std::vector<int32_t> seen(size_t(n_blocks), 0);
+        bool perm = true;
+        for (int32_t b : blocks) perm &= !seen[size_t(b)]++;
+        if (!perm)
+          for (int64_t b = 0; b < n_blocks; ++b) blocks[size_t(b)] = int32_t(n_blocks - 1 - b);
+        const KvSeqView view{blocks, bs};
+        std::vector<float> row(size_t(dim) * n_head_kv);
+        for (int p = 0; p < n_pos; ++p) {
+          for (auto& x : row) x = rng.normal();
+          ops::to_f16(row.data(), kv->k(0, view.cell(p)), int64_t(row.size()));
+          for (auto& x : row) x = rng.normal();
+          ops::to_f16(row.data(), kv->v(0, view.cell(p)), int64_t(row.size()));
+        }
+        for (int n_q : {1, 3, ops::kMaxGroupQueries}) {
+          const std::vector<float> zero(static_cast<size_t>(dim), 0.0f);
+          std::vector<std::vector<float>> q(static_cast<size_t>(n_q), zero), a = q, b = q;
+          std::vector<const float*> qp;
+          std::vector<float*> ap, bp;
+          std::vector<int64_t> n_kv;
+          for (int i = 0; i < n_q; ++i) {
+            for (auto& x : q[size_t(i)]) x = q_scale * rng.normal();
+            qp.push_back(q[size_t(i)].data());
+            ap.push_back(a[size_t(i)].data());
+            bp.push_back(b[size_t(i)].data());
+            n_kv.push_back(n_q == 1 ? n_pos : 1 + (i * 29 + 5) % n_pos);
+          }
+          std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(kv->shape())));
+          const float scale = 1.0f / std::sqrt(float(dim));
+          for (int h = 0; h < n_head_kv; ++h) {
+            ASSERT_TRUE(ops::detail::attention_group_avx512(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale, ap.data()));
+            ops::detail::attention_group_avx2(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale, bp.data(), scratch.data());
+            for (int i = 0; i < n_q; ++i)
+              ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
+                  << "dim " << dim << " block " << bs << " q_scale " << q_scale << " n_q " << n_q << " query " << i
+                  << " head " << h;
+          }
+        }
+      }
+}
+
+TEST(AttentionAvx512, DeclinesOtherHeadSizes) {
+  if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto kv = std::move(KvCache::create({1, 1, 40, 40}, 2, 16)).value();
+  std::vector<int32_t> blocks{0, 1};
+  std::vector<float> q(40, 1.0f), o(40);
+  const float* qp = q.data();
+  float* op = o.data();
+  const int64_t n_kv = 3;
+  EXPECT_FALSE(ops::detail::attention_group_avx512(&qp, &n_kv, 1, *kv, 0, 0, {blocks, 16}, 1.0f, &op));
+}
+
+}  // namespace
+}  // namespace ts::engine

@@ -1,0 +1,175 @@
+#include "engine/block_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace ts::engine {
+namespace {
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+uint64_t prefix_root_hash(uint64_t isolation_key) { return mix64(isolation_key ^ 0x6b76726f6f74ull); }
+
+uint64_t prefix_block_hash(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = mix64(parent + 0x9E3779B97F4A7C15ull);
+  for (int32_t t : tokens) h = mix64(h ^ (uint64_t(uint32_t(t)) + 0x632BE59BD9B4E019ull));
+  return h == 0 ? 1 : h;
+}
+
+BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
+    : block_size_(block_size),
+      ref_(size_t(n_blocks), 0),
+      hash_(size_t(n_blocks), 0),
+      parent_(size_t(n_blocks), 0),
+      registered_(size_t(n_blocks), 0),
+      tokens_(size_t(n_blocks) * size_t(block_size), 0),
+      prev_(size_t(n_blocks), -1),
+      next_(size_t(n_blocks), -1) {
+  TS_CHECK(n_blocks > 0 && block_size > 0);
+  free_.reserve(size_t(n_blocks));
+  // Low ids on top of the stack: a lightly used cache touches few pages.
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+void BlockPool::lru_push_back(int32_t b) {
+  prev_[size_t(b)] = lru_tail_;
+  next_[size_t(b)] = -1;
+  if (lru_tail_ >= 0) next_[size_t(lru_tail_)] = b;
+  else lru_head_ = b;
+  lru_tail_ = b;
+  ++n_cached_;
+}
+
+void BlockPool::lru_remove(int32_t b) {
+  const int32_t p = prev_[size_t(b)], n = next_[size_t(b)];
+  if (p >= 0) next_[size_t(p)] = n;
+  else lru_head_ = n;
+  if (n >= 0) prev_[size_t(n)] = p;
+  else lru_tail_ = p;
+  prev_[size_t(b)] = next_[size_t(b)] = -1;
+  --n_cached_;
+}
+
+int32_t BlockPool::allocate() {
+  int32_t b = -1;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (lru_head_ >= 0) {
+    b = lru_head_;
+    lru_remove(b);
+    drop_registration(b);
+  } else {
+    return -1;
+  }
+  ref_[size_t(b)] = 1;
+  return b;
+}
+
+void BlockPool::retain(int32_t b) {
+  TS_CHECK(b >= 0 && b < n_blocks() && ref_[size_t(b)] > 0);
+  ++ref_[size_t(b)];
+}
+
+void BlockPool::release(int32_t b) {
+  TS_CHECK(b >= 0 && b < n_blocks() && ref_[size_t(b)] > 0);
+  if (--ref_[size_t(b)] > 0) return;
+  if (registered_[size_t(b)]) lru_push_back(b);
+  else free_.push_back(b);
+}
+
+int32_t BlockPool::find(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const {
+  auto [it, end] = table_.equal_range(hash);
+  for (; it != end; ++it) {
+    const int32_t b = it->second;
+    if (parent_[size_t(b)] == parent &&
+        std::equal(tokens.begin(), tokens.end(), tokens_.begin() + ptrdiff_t(size_t(b) * size_t(block_size_))))
+      return b;
+  }
+  return -1;
+}
+
+bool BlockPool::register_block(int32_t b, uint64_t parent, std::span<const int32_t> tokens) {
+  TS_CHECK(b >= 0 && b < n_blocks() && ref_[size_t(b)] > 0);
+  TS_CHECK(int64_t(tokens.size()) == block_size_);
+  if (registered_[size_t(b)]) return false;
+  const uint64_t h = prefix_block_hash(parent, tokens);
+  if (find(h, parent, tokens) >= 0) return false;
+  hash_[size_t(b)] = h;
+  parent_[size_t(b)] = parent;
+  registered_[size_t(b)] = 1;
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + ptrdiff_t(size_t(b) * size_t(block_size_)));
+  table_.emplace(h, b);
+  return true;
+}
+
+int32_t BlockPool::acquire_cached(uint64_t parent, std::span<const int32_t> tokens) {
+  TS_CHECK(int64_t(tokens.size()) == block_size_);
+  const int32_t b = find(prefix_block_hash(parent, tokens), parent, tokens);
+  if (b < 0) return -1;
+  if (ref_[size_t(b)] == 0) lru_remove(b);
+  ++ref_[size_t(b)];
+  return b;
+}
+
+void BlockPool::unregister(int32_t b) {
+  if (!registered_[size_t(b)]) return;
+  drop_registration(b);
+  if (ref_[size_t(b)] == 0) {  // a cached block: nothing references it any more
+    lru_remove(b);
+    free_.push_back(b);
+  }
+}
+
+void BlockPool::drop_registration(int32_t b) {
+  auto [it, end] = table_.equal_range(hash_[size_t(b)]);
+  for (; it != end; ++it)
+    if (it->second == b) {
+      table_.erase(it);
+      break;
+    }
+  registered_[size_t(b)] = 0;
+  hash_[size_t(b)] = parent_[size_t(b)] = 0;
+}
+
+void BlockPool::clear_cache() {
+  while (lru_head_ >= 0) unregister(lru_head_);
+}
+
+bool BlockPool::check_consistency() const {
+  int64_t n_used = 0, n_reg = 0;
+  std::vector<uint8_t> seen(ref_.size(), 0);
+  for (int32_t b : free_) {
+    if (b < 0 || b >= n_blocks() || seen[size_t(b)] || ref_[size_t(b)] != 0 || registered_[size_t(b)]) return false;
+    seen[size_t(b)] = 1;
+  }
+  int32_t n_lru = 0, prev = -1;
+  for (int32_t b = lru_head_; b >= 0; b = next_[size_t(b)]) {
+    if (seen[size_t(b)] || ref_[size_t(b)] != 0 || !registered_[size_t(b)] || prev_[size_t(b)] != prev) return false;
+    seen[size_t(b)] = 1;
+    prev = b;
+    if (++n_lru > n_blocks()) return false;
+  }
+  if (prev != lru_tail_ || n_lru != n_cached_) return false;
+  for (int32_t b = 0; b < n_blocks(); ++b) {
+    if (ref_[size_t(b)] < 0) return false;
+    if (ref_[size_t(b)] > 0) {
+      if (seen[size_t(b)]) return false;
+      ++n_used;
+    } else if (!seen[size_t(b)]) {
+      return false;  // unreferenced but on neither list: leaked
+    }
+    if (registered_[size_t(b)]) ++n_reg;
+  }
+  return n_used == n_blocks() - int64_t(free_.size()) - n_cached_ && n_reg == int64_t(table_.size());
+}
+
+}  // namespace ts::engine

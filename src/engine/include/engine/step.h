@@ -1,0 +1,83 @@
+// The engine side of the step contract (DESIGN.md): plain data in, plain data out.
+//
+//   plan   = scheduler.schedule(now)        sched::  (no model, no engine headers)
+//   step   = serving: translate(plan)       -> engine::StepPlan (token ids, output wishes)
+//   result = engine.step(step)              -> engine::StepResult
+//   scheduler.update(plan, summary)         serving copies the counts sched needs
+//
+// `sched` must not depend on `engine`, so these types use only the standard library and
+// name sequences by an opaque id the caller chooses (serving uses its request id). A
+// sequence has n_computed tokens in the KV cache; a step appends tokens at positions
+// n_computed.. of each planned sequence, whatever they are: a chunk of prompt, one decode
+// token, a recomputation after preemption, or several speculative tokens. There are no
+// prefill/decode modes: all planned tokens of all sequences run as one batch (split into
+// forward passes of at most EngineOptions::max_step_tokens tokens).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ts::engine {
+
+using SeqId = uint64_t;
+
+// What one sequence computes in a step.
+struct SeqStep {
+  SeqId seq = 0;
+  // Tokens appended at positions n_computed..n_computed+size-1 (at least one).
+  std::vector<int32_t> tokens;
+  // Outputs after the last n_outputs tokens: 0 for a prompt chunk that is not the last,
+  // 1 to sample the next token, k > 1 to verify k-1 speculative tokens (a sampled token
+  // after each of them). At most tokens.size().
+  int32_t n_outputs = 1;
+  // Also return the logits of the output rows (speculative verification, logprobs).
+  bool return_logits = false;
+};
+
+struct StepPlan {
+  // In priority order: when KV blocks run out, later entries get kNoRoom first.
+  std::vector<SeqStep> seqs;
+};
+
+enum class SeqOutcome : uint8_t {
+  kOk,       // computed; outputs filled
+  kNoRoom,   // not computed: not enough free KV blocks (nothing changed; pause/preempt
+             // something and plan it again)
+  kInvalid,  // not computed: unknown, paused or duplicated sequence, bad token id,
+             // n_outputs out of range, sequence longer than max_seq_len (see `error`)
+};
+
+const char* seq_outcome_name(SeqOutcome o);
+
+struct SeqResult {
+  SeqId seq = 0;
+  SeqOutcome outcome = SeqOutcome::kOk;
+  std::string error;             // why, for kInvalid
+  int64_t n_computed = 0;        // tokens in the KV cache after the step
+  int32_t n_blocks = 0;          // KV blocks the sequence holds after the step
+  std::vector<int32_t> sampled;  // one per output row, in position order
+  std::vector<float> logits;     // n_outputs x n_vocab when return_logits
+};
+
+struct StepStats {
+  int64_t n_tokens = 0;          // tokens computed (all sequences)
+  int32_t n_seqs = 0;            // sequences computed
+  int32_t n_outputs = 0;         // output rows (logits computed, tokens sampled)
+  int32_t n_forward = 0;         // forward passes the step took
+  int32_t n_cow_copies = 0;      // blocks copied because a shared block was written
+  int64_t time_ns = 0;           // wall time of step() (forward + sampling)
+  int64_t forward_ns = 0;        // of which the forward passes
+  // KV pool after the step, in blocks of block_size cells.
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;    // referenced by sequences
+  int32_t kv_blocks_cached = 0;  // unreferenced reusable prefixes (reclaimable)
+  int32_t kv_blocks_free = 0;
+};
+
+struct StepResult {
+  std::vector<SeqResult> seqs;   // one per plan entry, same order
+  StepStats stats;
+};
+
+}  // namespace ts::engine
