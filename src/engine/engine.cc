@@ -60,7 +60,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineOptions
     return invalid_argument("KV budget of " + std::to_string(n_blocks) + " blocks is too large");
 
   TS_ASSIGN_OR_RETURN(e->kv_, KvCache::create(shape, n_blocks, opts.block_size));
-  e->pool_ = std::make_unique<BlockPool>(int32_t(n_blocks), opts.block_size);
+  e->pool_ = std::make_unique<kv::BlockPool>(int32_t(n_blocks), opts.block_size);
   e->ws_ = model.arch().make_workspace(opts.max_step_tokens, model.n_threads());
   return e;
 }
@@ -76,7 +76,7 @@ const Engine::Seq* Engine::find(SeqId id) const {
 }
 
 uint64_t Engine::root_hash(const Seq& s) const {
-  return prefix_root_hash(opts_.share_prefixes ? 0 : s.cfg.isolation_key);
+  return kv::prefix_root_hash(opts_.share_prefixes ? 0 : s.cfg.isolation_key);
 }
 
 // --- sequence life cycle -----------------------------------------------------------------
@@ -105,7 +105,7 @@ Result<int64_t> Engine::reuse_prefix(SeqId id, std::span<const int32_t> tokens) 
     const std::span<const int32_t> blk = tokens.subspan(size_t(i * bs), size_t(bs));
     const int32_t b = pool_->acquire_cached(parent, blk);
     if (b < 0) break;
-    parent = prefix_block_hash(parent, blk);
+    parent = kv::prefix_block_hash(parent, blk);
     s->blocks.push_back(b);
     s->hashes.push_back(parent);
     s->tokens.insert(s->tokens.end(), blk.begin(), blk.end());
@@ -270,7 +270,7 @@ void Engine::register_full_blocks(Seq& s) {
     const uint64_t parent = i ? s.hashes[i - 1] : root_hash(s);
     const std::span<const int32_t> blk(s.tokens.data() + i * bs, bs);
     pool_->register_block(s.blocks[i], parent, blk);  // false: an equal block is cached already
-    s.hashes.push_back(prefix_block_hash(parent, blk));
+    s.hashes.push_back(kv::prefix_block_hash(parent, blk));
   }
 }
 

@@ -1,7 +1,7 @@
 // The continuous-batching engine: many sequences in one paged KV cache, advanced together
 // by step(plan) (engine/step.h). One thread owns an Engine; nothing here is thread-safe.
 //
-// KV memory is one pool of fixed-size blocks (engine/block_pool.h) sized once from a byte
+// KV memory is one pool of fixed-size blocks (kv/block_pool.h) sized once from a byte
 // budget. A sequence holds a block table; blocks are allocated as its tokens are computed,
 // shared by fork() and by prefix reuse, copied on the first write to a shared block, and
 // released by preempt() and remove(). Full blocks are registered under a chained hash of
@@ -31,11 +31,11 @@
 
 #include "core/status.h"
 #include "engine/arch.h"
-#include "engine/block_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "engine/step.h"
+#include "kv/block_pool.h"
 
 namespace ts::engine {
 
@@ -149,7 +149,7 @@ class Engine {
   int64_t max_seq_len_ = 0;
   int64_t n_vocab_ = 0;
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<kv::BlockPool> pool_;
   std::unique_ptr<Workspace> ws_;
   std::unordered_map<SeqId, Seq> seqs_;
 

@@ -1,6 +1,6 @@
 // BlockPool: allocation, sharing, the prefix cache and its LRU, and a seeded random
 // property test that every reference taken is given back and the counts always add up.
-#include "engine/block_pool.h"
+#include "kv/block_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/rng.h"
 
-namespace ts::engine {
+namespace ts::kv {
 namespace {
 
 std::vector<int32_t> toks(int32_t first, int n) {
@@ -135,4 +135,4 @@ TEST(BlockPool, RandomOperationsNeverLeak) {
 }
 
 }  // namespace
-}  // namespace ts::engine
+}  // namespace ts::kv

@@ -1,11 +1,11 @@
-#include "engine/block_pool.h"
+#include "kv/block_pool.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
 
-namespace ts::engine {
+namespace ts::kv {
 namespace {
 
 uint64_t mix64(uint64_t z) {
@@ -172,4 +172,4 @@ bool BlockPool::check_consistency() const {
   return n_used == n_blocks() - int64_t(free_.size()) - n_cached_ && n_reg == int64_t(table_.size());
 }
 
-}  // namespace ts::engine
+}  // namespace ts::kv

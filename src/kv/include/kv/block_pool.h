@@ -1,7 +1,7 @@
 // KV block accounting for the paged batching engine: which blocks of the KV cache are
 // free, referenced by sequences, or kept as a reusable prefix (no tensors here; this
-// header depends only on the standard library so that it can move to a `kv` layer shared
-// with the scheduler, see DESIGN.md).
+// header depends only on the standard library: the `kv` layer is shared by the engine and
+// the scheduler, see DESIGN.md).
 //
 // A block is in exactly one of three states:
 //   free    - holds nothing useful; on the free list.
@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace ts::engine {
+namespace ts::kv {
 
 // The chained hash of a block: `parent` is the previous block's hash, and for block 0 the
 // root hash of the isolation key, so equal text under different keys never matches.
@@ -87,4 +87,4 @@ class BlockPool {
   int32_t n_cached_ = 0;
 };
 
-}  // namespace ts::engine
+}  // namespace ts::kv

@@ -1,0 +1,71 @@
+#include "metrics/tierserve_metrics.h"
+
+#include "core/check.h"
+
+namespace ts::metrics {
+namespace {
+
+// Request latencies: 5 ms .. 10 min (batch waits are long).
+const std::vector<double> kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
+                                             5,     10,   30,    60,   120, 300,  600};
+// Per output token: 1 ms .. 1 s.
+const std::vector<double> kTokenBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1};
+
+std::vector<MetricDef> build() {
+  using T = MetricType;
+  std::vector<MetricDef> d(idx(Metric::kCount));
+  d[idx(Metric::kQueueTime)] = {"tierserve_queue_time_seconds",
+                                "Time from arrival to the first scheduled step, per tier served.",
+                                T::kHistogram, {"tier"}, kLatencyBuckets};
+  d[idx(Metric::kTimeToFirstToken)] = {"tierserve_time_to_first_token_seconds",
+                                       "Time from arrival to the first output token.", T::kHistogram, {"tier"},
+                                       kLatencyBuckets};
+  d[idx(Metric::kTimePerOutputToken)] = {"tierserve_time_per_output_token_seconds",
+                                         "Mean time between output tokens after the first, per request.",
+                                         T::kHistogram, {"tier"}, kTokenBuckets};
+  d[idx(Metric::kRequestDuration)] = {"tierserve_request_duration_seconds",
+                                      "Time from arrival to the last byte of the response.", T::kHistogram, {"tier"},
+                                      kLatencyBuckets};
+  d[idx(Metric::kRequests)] = {"tierserve_requests_total",
+                               "Requests by tier and outcome (ok, rejected, downgraded, promoted, preempted, "
+                               "cancelled, error).",
+                               T::kCounter, {"tier", "outcome"}, {}};
+  d[idx(Metric::kTokens)] = {"tierserve_tokens_total", "Prompt (in) and generated (out) tokens.", T::kCounter,
+                             {"tier", "direction"}, {}};
+  d[idx(Metric::kDegradations)] = {"tierserve_degradations_total",
+                                   "Requests served on another tier than requested, or refused, by reason.",
+                                   T::kCounter, {"tier_requested", "tier_served", "reason"}, {}};
+  d[idx(Metric::kQueuedRequests)] = {"tierserve_queued_requests", "Requests waiting to be scheduled.", T::kGauge,
+                                     {"tier"}, {}};
+  d[idx(Metric::kRunningRequests)] = {"tierserve_running_requests", "Requests holding KV cache.", T::kGauge,
+                                      {"tier"}, {}};
+  d[idx(Metric::kKvBlocksUsed)] = {"tierserve_kv_blocks_used", "KV cache blocks held by the tier's requests.",
+                                   T::kGauge, {"tier"}, {}};
+  d[idx(Metric::kStepBudgetShare)] = {"tierserve_step_budget_share_ratio",
+                                      "Share of the last step's token budget the tier received (0..1).", T::kGauge,
+                                      {"tier"}, {}};
+  d[idx(Metric::kPriorityInversions)] = {"tierserve_priority_inversions_total",
+                                         "Steps where a higher tier waited below its cap while a lower tier got "
+                                         "more than its floor.",
+                                         T::kCounter, {}, {}};
+  d[idx(Metric::kLatencyCorrelation)] = {"tierserve_fast_standard_latency_correlation",
+                                         "Pearson correlation of per-interval mean latency of the fastest and the "
+                                         "standard tier over a rolling window (near 1: a shared bottleneck).",
+                                         T::kGauge, {}, {}};
+  return d;
+}
+
+}  // namespace
+
+const std::vector<MetricDef>& tierserve_metric_defs() {
+  static const std::vector<MetricDef> defs = build();
+  return defs;
+}
+
+std::unique_ptr<Registry> make_tierserve_registry() {
+  auto r = Registry::create(tierserve_metric_defs());
+  TS_CHECK(r.is_ok());
+  return std::move(r).value();
+}
+
+}  // namespace ts::metrics

@@ -1,0 +1,150 @@
+#include "sched/config.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace ts::sched {
+
+Result<OnTimeout> parse_on_timeout(std::string_view s) {
+  OnTimeout t;
+  constexpr std::string_view kDown = "downgrade:";
+  if (s == "promote") {
+    t.action = TimeoutAction::kPromote;
+  } else if (s == "reject") {
+    t.action = TimeoutAction::kReject;
+  } else if (s.substr(0, kDown.size()) == kDown && s.size() > kDown.size()) {
+    t.action = TimeoutAction::kDowngrade;
+    t.target = std::string(s.substr(kDown.size()));
+  } else {
+    return invalid_argument("on_timeout '" + std::string(s) + "': expected promote, reject or downgrade:<tier>");
+  }
+  return t;
+}
+
+std::string to_string(const OnTimeout& t) {
+  switch (t.action) {
+    case TimeoutAction::kPromote: return "promote";
+    case TimeoutAction::kReject: return "reject";
+    case TimeoutAction::kDowngrade: return "downgrade:" + t.target;
+  }
+  return "?";
+}
+
+Result<QueueKind> parse_queue_kind(std::string_view s) {
+  if (s == "fcfs") return QueueKind::kFcfs;
+  if (s == "shortest_prompt_first") return QueueKind::kShortestPromptFirst;
+  return invalid_argument("queue '" + std::string(s) + "': expected fcfs or shortest_prompt_first");
+}
+
+SchedConfig default_config() {
+  SchedConfig c;
+  TierConfig fast;
+  fast.name = "ultrafast";
+  fast.priority = 0;
+  fast.share_max = 0.3;
+  fast.borrow = true;
+  fast.max_queue_wait_ms = 200;
+  fast.on_timeout = {TimeoutAction::kPromote, ""};
+  fast.speculative = true;
+  TierConfig standard;
+  standard.name = "standard";
+  standard.priority = 1;
+  standard.share_min = 0.5;
+  standard.max_queue_wait_ms = 5000;
+  standard.on_timeout = {TimeoutAction::kReject, ""};
+  TierConfig batch;
+  batch.name = "batch";
+  batch.priority = 2;
+  batch.share_min = 0.05;
+  batch.max_queue_wait_ms = 10 * 60 * 1000;
+  batch.on_timeout = {TimeoutAction::kReject, ""};
+  batch.max_queued_requests = 16384;
+  c.tiers = {fast, standard, batch};
+  return c;
+}
+
+const char* config_error_name(ConfigErrorCode c) {
+  switch (c) {
+    case ConfigErrorCode::kNoTiers: return "no_tiers";
+    case ConfigErrorCode::kEmptyName: return "empty_name";
+    case ConfigErrorCode::kDuplicateName: return "duplicate_name";
+    case ConfigErrorCode::kDuplicatePriority: return "duplicate_priority";
+    case ConfigErrorCode::kShareOutOfRange: return "share_out_of_range";
+    case ConfigErrorCode::kShareMinAboveMax: return "share_min_above_max";
+    case ConfigErrorCode::kShareMinSumAboveOne: return "share_min_sum_above_one";
+    case ConfigErrorCode::kUnknownDowngradeTarget: return "unknown_downgrade_target";
+    case ConfigErrorCode::kDowngradeNotLower: return "downgrade_not_lower";
+    case ConfigErrorCode::kDowngradeCycle: return "downgrade_cycle";
+    case ConfigErrorCode::kBadLimit: return "bad_limit";
+  }
+  return "?";
+}
+
+Status ConfigError::to_status() const {
+  std::string m = std::string(config_error_name(code)) + ": ";
+  if (!tier.empty()) m += "tier '" + tier + "': ";
+  return invalid_argument(m + message);
+}
+
+namespace {
+
+bool in_unit(double x) { return std::isfinite(x) && x >= 0.0 && x <= 1.0; }
+
+ConfigError err(ConfigErrorCode c, const std::string& tier, std::string msg) { return {c, tier, std::move(msg)}; }
+
+}  // namespace
+
+std::optional<ConfigError> check_config(const SchedConfig& cfg) {
+  using C = ConfigErrorCode;
+  if (cfg.tiers.empty()) return err(C::kNoTiers, "", "at least one tier is needed");
+  if (cfg.step_token_budget < 1) return err(C::kBadLimit, "", "step_token_budget must be >= 1");
+  if (cfg.max_chunk_tokens < 0) return err(C::kBadLimit, "", "max_chunk_tokens must be >= 0");
+  if (cfg.kv_blocks_total < 1 || cfg.kv_block_size < 1) return err(C::kBadLimit, "", "KV blocks and block size must be >= 1");
+  if (cfg.max_queued_requests_total < 0 || cfg.max_queued_tokens_total < 0)
+    return err(C::kBadLimit, "", "global queue limits must be >= 0");
+  if (cfg.service_rate_window_ms < 1) return err(C::kBadLimit, "", "service_rate_window_ms must be >= 1");
+
+  std::map<std::string, const TierConfig*> by_name;
+  std::set<int32_t> priorities;
+  double sum_min = 0.0;
+  for (const TierConfig& t : cfg.tiers) {
+    if (t.name.empty()) return err(C::kEmptyName, "", "a tier has no name");
+    if (!by_name.emplace(t.name, &t).second) return err(C::kDuplicateName, t.name, "name used twice");
+    if (!priorities.insert(t.priority).second)
+      return err(C::kDuplicatePriority, t.name, "priority " + std::to_string(t.priority) + " used twice");
+    if (!in_unit(t.share_min) || !in_unit(t.share_max))
+      return err(C::kShareOutOfRange, t.name, "share_min and share_max must be in [0, 1]");
+    if (t.share_min > t.share_max) return err(C::kShareMinAboveMax, t.name, "share_min > share_max");
+    if (t.max_queue_wait_ms < 0 || t.max_queued_requests < 0 || t.max_queued_tokens < 0 || t.max_batch < 1 ||
+        t.preemption_budget < 0)
+      return err(C::kBadLimit, t.name, "queue limits and budgets must be >= 0, max_batch >= 1");
+    sum_min += t.share_min;
+  }
+  if (sum_min > 1.0 + 1e-9) return err(C::kShareMinSumAboveOne, "", "the share_min of all tiers add up to more than 1");
+
+  // Downgrade edges: a target must exist, the graph must have no cycle, and every edge
+  // must go down (which alone excludes cycles; the cycle check names the clearer error).
+  for (const TierConfig& t : cfg.tiers) {
+    if (t.on_timeout.action != TimeoutAction::kDowngrade) continue;
+    if (!by_name.count(t.on_timeout.target))
+      return err(C::kUnknownDowngradeTarget, t.name, "downgrade target '" + t.on_timeout.target + "' is not a tier");
+  }
+  for (const TierConfig& t : cfg.tiers) {
+    std::set<std::string> seen{t.name};
+    const TierConfig* cur = &t;
+    while (cur->on_timeout.action == TimeoutAction::kDowngrade) {
+      cur = by_name.at(cur->on_timeout.target);
+      if (!seen.insert(cur->name).second)
+        return err(C::kDowngradeCycle, t.name, "downgrade chain returns to '" + cur->name + "'");
+    }
+  }
+  for (const TierConfig& t : cfg.tiers) {
+    if (t.on_timeout.action != TimeoutAction::kDowngrade) continue;
+    if (by_name.at(t.on_timeout.target)->priority <= t.priority)
+      return err(C::kDowngradeNotLower, t.name, "downgrade target '" + t.on_timeout.target + "' is not a lower tier");
+  }
+  return std::nullopt;
+}
+
+}  // namespace ts::sched

@@ -1,0 +1,108 @@
+// Tier configuration: plain structs with a default for every field. The YAML reader comes
+// with the server; here a config is built in code (tests) and validated with typed errors.
+//
+// Units: shares are fractions of the per-step token budget and of the KV blocks (both
+// use the same share_min/share_max); times are milliseconds; queues count requests and
+// prompt tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ts::sched {
+
+// What happens to a request that waited max_queue_wait_ms without being started (and,
+// at arrival, to a request whose predicted wait already exceeds it).
+enum class TimeoutAction : uint8_t {
+  kPromote,    // top tier: head of its line, exempt from its cap; else: next tier up
+  kDowngrade,  // to `target`, a lower tier (its own timeout rule applies from then on)
+  kReject,     // explicit error to the client
+};
+
+struct OnTimeout {
+  TimeoutAction action = TimeoutAction::kReject;
+  std::string target;  // tier name, for kDowngrade only
+
+  bool operator==(const OnTimeout&) const = default;
+};
+
+// "promote" | "reject" | "downgrade:<tier>"; kInvalidArgument otherwise.
+Result<OnTimeout> parse_on_timeout(std::string_view s);
+std::string to_string(const OnTimeout& t);
+
+// Queue order within a tier (sched/queue_policy.h).
+enum class QueueKind : uint8_t { kFcfs, kShortestPromptFirst };
+Result<QueueKind> parse_queue_kind(std::string_view s);  // "fcfs" | "shortest_prompt_first"
+
+struct TierConfig {
+  std::string name;
+  int32_t priority = 0;        // 0 is served first; must be unique
+  double share_min = 0.0;      // floor, reserved whenever the tier has demand
+  double share_max = 1.0;      // cap while other tiers have demand
+  bool borrow = false;         // may exceed share_max with capacity others leave idle
+  int64_t max_queue_wait_ms = 5000;  // 0: no limit
+  OnTimeout on_timeout;
+  int32_t max_queued_requests = 1024;
+  int64_t max_queued_tokens = int64_t(1) << 22;
+  int32_t max_batch = 256;     // requests of this tier in one step
+  bool speculative = false;    // passed through to the plan; the serving layer drafts
+  int32_t preemption_budget = 4;  // times one request may be preempted
+  QueueKind queue = QueueKind::kFcfs;
+};
+
+struct SchedConfig {
+  // Any order; the scheduler sorts them by priority.
+  std::vector<TierConfig> tiers;
+  int64_t step_token_budget = 512;  // tokens computed per engine step, all tiers together
+  int64_t max_chunk_tokens = 0;     // per request and step; 0: the whole budget
+  // KV pool as the engine reports it (the serving layer copies EngineOptions/kv_stats).
+  int32_t kv_blocks_total = 1024;
+  int32_t kv_block_size = 16;
+  // Global overload: beyond these, the lowest tier is shed first.
+  int32_t max_queued_requests_total = 4096;
+  int64_t max_queued_tokens_total = int64_t(1) << 24;
+  // Time constant of the measured per-tier start rate that predicts waits at admission.
+  int64_t service_rate_window_ms = 2000;
+};
+
+// ultrafast (share_max 0.3, borrow, 200 ms -> promote), standard (share_min 0.5, 5 s ->
+// reject), batch (share_min 0.05, 10 min -> reject).
+SchedConfig default_config();
+
+enum class ConfigErrorCode : uint8_t {
+  kNoTiers,
+  kEmptyName,
+  kDuplicateName,
+  kDuplicatePriority,
+  kShareOutOfRange,        // share_min or share_max outside [0, 1]
+  kShareMinAboveMax,
+  kShareMinSumAboveOne,
+  kUnknownDowngradeTarget,
+  kDowngradeNotLower,      // target is not of lower priority
+  kDowngradeCycle,
+  kBadLimit,               // a count, budget, size or alpha out of range
+};
+
+const char* config_error_name(ConfigErrorCode c);
+
+struct ConfigError {
+  ConfigErrorCode code;
+  std::string tier;        // the tier at fault; empty for global fields
+  std::string message;
+
+  Status to_status() const;  // kInvalidArgument with "<code>: <tier>: <message>"
+};
+
+// The first problem found, or nothing when the config is usable.
+std::optional<ConfigError> check_config(const SchedConfig& cfg);
+inline Status validate_config(const SchedConfig& cfg) {
+  auto e = check_config(cfg);
+  return e ? e->to_status() : Status::ok();
+}
+
+}  // namespace ts::sched

@@ -1,0 +1,86 @@
+// The step contract on the scheduler's side (DESIGN.md, engine/step.h): a Plan is plain
+// data in counts only; the serving layer holds the token ids, builds engine::StepPlan from
+// it, runs the step and copies what the scheduler needs into a StepUpdate. Both can be
+// made by hand, which is how the tests drive the scheduler without a model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sched/request.h"
+
+namespace ts::sched {
+
+enum class EntryKind : uint8_t {
+  kStart,     // first step: serving adds the sequence (and may reuse a cached prefix)
+  kResume,    // after preemption: serving recomputes from the sequence's tokens
+  kContinue,  // already in KV
+};
+
+struct PlanEntry {
+  RequestId id = 0;
+  TierId tier = 0;         // the tier serving it now
+  EntryKind kind = EntryKind::kContinue;
+  int64_t n_tokens = 0;    // tokens to compute after n_computed (>= 1)
+  int32_t n_outputs = 0;   // 1 when the chunk reaches the last known token, else 0
+  bool speculative = false;  // the tier allows speculative decoding
+};
+
+// What one tier got in this step, for the share gauge and the invariants.
+struct TierStep {
+  int64_t tokens_demand = 0;   // tokens it could have used (within max_batch, chunks)
+  int64_t tokens_floor = 0;    // share_min x budget
+  int64_t tokens_cap = 0;      // share_max x budget (borrowing and promotion may exceed it)
+  int64_t tokens_planned = 0;  // tokens in the plan
+  bool kv_limited = false;     // it had demand the KV cache could not hold this step
+  int32_t kv_blocks_held = 0;  // blocks its requests hold after this plan's preemptions
+  int32_t kv_blocks_floor = 0;
+  int32_t n_queued = 0;        // waiting (new or preempted), after this plan
+  int32_t n_running = 0;       // holding KV, after this plan
+  int32_t n_planned = 0;       // requests in the plan
+};
+
+struct Plan {
+  int64_t step = 0;            // 1, 2, ... in schedule() order
+  int64_t now_ns = 0;
+  int64_t token_budget = 0;
+  // Before the step, serving calls engine.preempt() on these (their KV is freed).
+  std::vector<RequestId> preempt;
+  // In priority order (tier, then the tier's order): when the engine runs out of KV it
+  // answers kNoRoom for the last entries first, which are the lowest tier's.
+  std::vector<PlanEntry> entries;
+  std::vector<TierStep> tiers;  // indexed by TierId
+  // Every decision since the previous plan (admission shedding, timeouts, preemptions,
+  // finishes and failures seen by update(), cancellations), in order.
+  std::vector<Event> events;
+  // Steps where a higher tier waited with nothing while a lower one got more than its
+  // floor and the higher tier was below its cap (should stay 0; a metrics counter).
+  int32_t n_priority_inversions = 0;
+
+  int64_t n_tokens() const {
+    int64_t n = 0;
+    for (const PlanEntry& e : entries) n += e.n_tokens;
+    return n;
+  }
+};
+
+enum class StepOutcome : uint8_t { kOk, kNoRoom, kInvalid };
+
+// What happened to one plan entry (engine::SeqResult, reduced to counts).
+struct RequestResult {
+  RequestId id = 0;
+  StepOutcome outcome = StepOutcome::kOk;
+  int64_t n_computed = 0;   // tokens in KV after the step
+  int32_t n_blocks = 0;     // KV blocks the sequence holds after the step
+  int32_t n_sampled = 0;    // tokens accepted into the output this step
+  bool finished = false;    // stop token or stop string (serving decides)
+};
+
+struct StepUpdate {
+  std::vector<RequestResult> requests;  // one per plan entry, any order
+  // KV pool after the step (engine::StepStats); negative: unknown, keep the estimate.
+  int32_t kv_blocks_total = -1;
+  int32_t kv_blocks_available = -1;  // free + cached (reclaimable)
+};
+
+}  // namespace ts::sched

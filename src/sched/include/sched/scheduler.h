@@ -1,0 +1,147 @@
+// The tier-aware scheduler (vLLM v1 style): plain data in, plain data out, no model.
+//
+//   decision = submit(request, now)       admission: accept, downgrade or reject at once
+//   plan     = schedule(now)              timeouts, shares, KV pressure -> counts per request
+//   (serving runs the engine step)
+//   update(plan, step_update)             what was computed, sampled, finished, refused
+//
+// Time is passed in (nanoseconds from an injected Clock), so a ManualClock makes every
+// decision reproducible: the same calls with the same times give the same plans.
+// docs/scheduler.md describes the algorithm and the invariants the tests check.
+//
+// Not thread-safe: the serving loop's thread owns the scheduler (STYLE.md, rule 7).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "sched/config.h"
+#include "sched/plan.h"
+#include "sched/request.h"
+#include "sched/service_rate.h"
+#include "sched/tier_policy.h"
+
+namespace ts::sched {
+
+enum class RequestState : uint8_t {
+  kQueued,   // waiting: new, or preempted (no KV) and waiting to resume
+  kRunning,  // holds KV; advanced whenever its tier's share allows
+};
+
+struct RequestInfo {
+  TierId tier_requested = 0;
+  TierId tier_served = 0;
+  RequestState state = RequestState::kQueued;
+  bool started = false;        // computed at least one step
+  bool promoted = false;       // head of line, exempt from its tier's cap
+  int64_t n_computed = 0;
+  int64_t n_generated = 0;
+  int32_t n_blocks = 0;
+  int32_t n_preemptions = 0;
+  int64_t arrival_ns = 0;
+};
+
+class Scheduler {
+ public:
+  // kInvalidArgument (with the ConfigError's name) for an invalid config.
+  static Result<std::unique_ptr<Scheduler>> create(const SchedConfig& cfg);
+
+  const SchedConfig& config() const { return cfg_; }
+  int32_t n_tiers() const { return int32_t(tiers_.size()); }
+  // Tier by rank (0: highest priority).
+  const TierPolicy& tier(TierId t) const { return tiers_[size_t(t)]; }
+  std::optional<TierId> find_tier(std::string_view name) const;
+
+  // Admission. Checks, in order: the request itself (kInvalidRequest, kTooLarge), the
+  // tier's queue bounds (kQueueFull), the predicted wait against max_queue_wait_ms
+  // (kPredictedWait; the tier's on_timeout rule decides: downgrade, reject, or admit when
+  // promotion will rescue it), then the global queue bound (lower tiers' waiting requests
+  // are shed first, kShedForHigherTier events; else kOverloaded). The decision is only in
+  // the return value; requests shed to make room appear in the next plan's events.
+  Decision submit(const Request& r, int64_t now_ns);
+
+  // Ends a request wherever it is (kNotFound when unknown or already ended). The caller
+  // removes the engine sequence if it had one; a later result for it is ignored.
+  Status cancel(RequestId id);
+
+  Plan schedule(int64_t now_ns);
+
+  // Applies the engine's answers to `plan` (the last plan from schedule()). Results for
+  // ended (cancelled) requests are ignored. kInvalidArgument when a result names a
+  // request that is not in the plan; the other results are still applied.
+  Status update(const Plan& plan, const StepUpdate& result);
+
+  // --- queries (per tier) ---
+  int32_t queue_depth(TierId t) const { return int32_t(ts_[size_t(t)].queue->size()); }
+  int64_t queued_tokens(TierId t) const { return ts_[size_t(t)].queued_tokens; }
+  int32_t running(TierId t) const { return int32_t(ts_[size_t(t)].running.size()); }
+  int32_t kv_blocks(TierId t) const { return ts_[size_t(t)].kv_held; }
+  // Predicted wait of a request arriving now at tier t; nothing until measured.
+  std::optional<int64_t> predicted_wait_ns(TierId t) const;
+  std::optional<RequestInfo> info(RequestId id) const;
+  // Accepted requests that have not ended.
+  int64_t n_active() const { return int64_t(reqs_.size()); }
+  int32_t kv_blocks_available() const { return kv_available_; }
+
+ private:
+  struct Req {
+    Request r;
+    TierId requested = 0, served = 0;
+    RequestState state = RequestState::kQueued;
+    bool started = false, promoted = false;
+    int64_t arrival_ns = 0, enqueued_ns = 0;
+    int64_t n_computed = 0, n_generated = 0;
+    int32_t n_blocks = 0, n_preemptions = 0, budget = 0;
+    int64_t queued_tokens = 0;  // what it adds to its tier's queued_tokens while queued
+
+    int64_t n_known() const { return r.n_prompt_tokens + n_generated; }
+    int64_t remaining() const { return n_known() - n_computed; }
+  };
+  struct TierState {
+    std::unique_ptr<QueuePolicy> queue;
+    std::vector<RequestId> running;  // in start order
+    int64_t queued_tokens = 0;
+    int32_t kv_held = 0;
+    ServiceRate rate;
+    int32_t n_started = 0;           // since the previous schedule()
+    bool backlogged = false;         // had waiting requests after the previous plan
+  };
+  struct Candidate;
+  struct StepCtx;
+
+  explicit Scheduler(const SchedConfig& cfg);
+
+  void enqueue(Req& q, TierId t, bool at_head, int64_t now_ns);
+  void dequeue(Req& q);
+  void end(RequestId id, EventKind kind, Reason reason, std::string text);
+  void emit(EventKind kind, const Req& q, TierId from, Reason reason, std::string text);
+
+  void apply_timeouts(int64_t now_ns);
+  void observe_service_rates(int64_t now_ns);
+  bool shed_for(TierId t, int64_t n_prompt);
+  void collect_candidates(StepCtx& c);
+  void pack(StepCtx& c);
+  int64_t place(StepCtx& c, Candidate& cand, int64_t n_tokens, bool may_preempt);
+  bool preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks);
+  void preempt(StepCtx& c, Req& q, Reason reason);
+  void break_deadlock(StepCtx& c);
+  void finish_plan(StepCtx& c, Plan& plan);
+  int32_t kv_in_use() const;
+
+  SchedConfig cfg_;
+  std::vector<TierPolicy> tiers_;
+  std::vector<TierState> ts_;
+  std::unordered_map<RequestId, Req> reqs_;  // lookup only; order lives in queues/lists
+  std::vector<Event> events_;                // for the next plan
+  int64_t step_ = 0;
+  int64_t last_now_ns_ = -1;
+  int32_t kv_total_ = 0;
+  int32_t kv_available_ = 0;
+};
+
+}  // namespace ts::sched

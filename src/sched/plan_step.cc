@@ -1,0 +1,387 @@
+// Scheduler::schedule(): one step's plan. The order of the phases is the algorithm of
+// docs/scheduler.md:
+//   1. service rates, 2. timeouts, 3. candidates and token demand per tier,
+//   4. token shares (reserve floors, share within caps, lend), 5. packing under KV with
+//   preemption of lower-tier work above its floor, 6. top-up of idle tokens,
+//   7. deadlock breaker, 8. the plan and per-tier accounting.
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "core/check.h"
+#include "kv/blocks.h"
+#include "sched/scheduler.h"
+#include "sched/shares.h"
+
+namespace ts::sched {
+
+struct Scheduler::Candidate {
+  Req* q = nullptr;
+  int64_t want = 0;     // tokens it could compute this step
+  int64_t planned = 0;  // tokens given
+  int64_t blocks = 0;   // KV blocks those tokens take
+  bool skip = false;    // preempted during this plan
+};
+
+struct Scheduler::StepCtx {
+  int64_t now_ns = 0;
+  int64_t budget = 0;
+  int32_t n_tiers = 0;
+  std::vector<std::vector<Candidate>> cands;  // per tier, in service order
+  std::vector<int64_t> demand, grant, tok_floor, tok_cap, planned;
+  std::vector<int64_t> kv_held, kv_floor, kv_cap, kv_reserve;
+  std::vector<bool> kv_limited;
+  int64_t kv_avail = 0;
+  TierId packing = 0;   // tiers after it still have their KV floors reserved
+  std::vector<RequestId> preempted;
+};
+
+namespace {
+constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
+}
+
+void Scheduler::observe_service_rates(int64_t now_ns) {
+  if (last_now_ns_ < 0) return;
+  const int64_t dt = now_ns - last_now_ns_;
+  for (TierState& s : ts_) {
+    s.rate.observe(dt, s.n_started, s.backlogged);
+    s.n_started = 0;
+  }
+}
+
+void Scheduler::apply_timeouts(int64_t now_ns) {
+  for (TierId t = 0; t < n_tiers(); ++t) {
+    const TierPolicy& p = tiers_[size_t(t)];
+    if (p.max_wait_ns() <= 0) continue;
+    std::vector<RequestId> due;
+    for (const QueueItem& it : ts_[size_t(t)].queue->items()) {
+      const Req& q = reqs_.at(it.id);
+      if (!q.started && !q.promoted && now_ns - q.enqueued_ns >= p.max_wait_ns()) due.push_back(it.id);
+    }
+    for (RequestId id : due) {
+      Req& q = reqs_.at(id);
+      const std::string waited = "waited " + std::to_string((now_ns - q.enqueued_ns) / 1'000'000) + " ms on tier '" +
+                                 p.name() + "' (max " + std::to_string(p.config().max_queue_wait_ms) + " ms)";
+      const Move m = p.timeout_rule().at_timeout(t);
+      switch (m.kind) {
+        case Move::kStay: break;
+        case Move::kHeadOfLine:
+          dequeue(q);
+          q.promoted = true;
+          enqueue(q, t, true, now_ns);
+          emit(EventKind::kPromoted, q, t, Reason::kQueueTimeout, waited + "; moved to the head of the line");
+          break;
+        case Move::kToTier:
+          dequeue(q);
+          enqueue(q, m.tier, m.tier < t, now_ns);
+          emit(p.timeout_rule().event(), q, t, Reason::kQueueTimeout,
+               waited + "; moved to tier '" + tiers_[size_t(m.tier)].name() + "'");
+          break;
+        case Move::kReject:
+          end(id, EventKind::kRejected, Reason::kQueueTimeout, waited);
+          break;
+      }
+    }
+  }
+}
+
+void Scheduler::collect_candidates(StepCtx& c) {
+  const int64_t chunk = cfg_.max_chunk_tokens > 0 ? std::min(cfg_.max_chunk_tokens, c.budget) : c.budget;
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    const TierState& s = ts_[size_t(t)];
+    const int32_t max_batch = tiers_[size_t(t)].config().max_batch;
+    auto& out = c.cands[size_t(t)];
+    int64_t urgent = 0;
+    auto add = [&](RequestId id) {
+      if (int32_t(out.size()) >= max_batch) return;
+      Req& q = reqs_.at(id);
+      const int64_t want = std::min(q.remaining(), chunk);
+      if (want <= 0) return;
+      out.push_back(Candidate{&q, want});
+      c.demand[size_t(t)] += want;
+      if (q.promoted) urgent += want;
+    };
+    // Promoted requests first (their wait is over), then decodes and unfinished chunks
+    // of running requests, then the queue in its policy's order.
+    for (const QueueItem& it : s.queue->items())
+      if (reqs_.at(it.id).promoted) add(it.id);
+    for (RequestId id : s.running) add(id);
+    for (const QueueItem& it : s.queue->items())
+      if (!reqs_.at(it.id).promoted) add(it.id);
+    c.demand[size_t(t)] = std::min(c.demand[size_t(t)], c.budget);
+    const TierPolicy& p = tiers_[size_t(t)];
+    c.tok_floor[size_t(t)] = p.floor_of(c.budget);
+    // Promoted requests are exempt from the cap (never from the others' floors).
+    c.tok_cap[size_t(t)] = std::min(p.cap_of(c.budget) + urgent, c.budget);
+  }
+}
+
+// The tokens of `cand` under its tier's KV limits: up to n more tokens; returns how many.
+int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preempt) {
+  Req& q = *cand.q;
+  const TierId t = q.served;
+  const int32_t bs = cfg_.kv_block_size;
+  auto limit = [&]() {
+    int64_t reserved = 0;  // floors of tiers not packed yet
+    for (TierId u = c.packing + 1; u < c.n_tiers; ++u)
+      if (u != t) reserved += c.kv_reserve[size_t(u)];
+    const int64_t room = tiers_[size_t(t)].borrows() ? kUnlimited : c.kv_cap[size_t(t)] - c.kv_held[size_t(t)];
+    return std::max<int64_t>(0, std::min(c.kv_avail - reserved, room));
+  };
+  const int64_t at = q.n_computed + cand.planned, held = q.n_blocks + cand.blocks;
+  int64_t need = kv::blocks_to_append(at, held, n, bs);
+  int64_t lim = limit();
+  if (q.state == RequestState::kQueued && cand.planned == 0) {
+    // Start (or resume) only what can reach its next output and one decode after it:
+    // a prompt started in blocks that its later chunks cannot get would only be
+    // preempted again, and thrash.
+    const int64_t full = kv::blocks_to_append(at, held, q.remaining() + 1, bs);
+    if (full > lim && may_preempt && preempt_for(c, q, full - lim)) lim = limit();
+    if (full > lim) {
+      c.kv_limited[size_t(t)] = true;
+      return 0;
+    }
+  }
+  if (need > lim && may_preempt && preempt_for(c, q, need - lim)) lim = limit();
+  if (need > lim) {
+    c.kv_limited[size_t(t)] = true;
+    n = std::min(n, kv::tokens_that_fit(at, held, lim, bs));
+    need = kv::blocks_to_append(at, held, n, bs);
+  }
+  if (n <= 0) return 0;
+  cand.planned += n;
+  cand.blocks += need;
+  c.kv_avail -= need;
+  c.kv_held[size_t(t)] += need;
+  c.kv_reserve[size_t(t)] = std::max<int64_t>(0, c.kv_reserve[size_t(t)] - need);
+  c.planned[size_t(t)] += n;
+  return n;
+}
+
+// Frees at least n_blocks for `for_req` (of tier t) by preempting running work that is
+// not in this plan yet, lowest tier and newest request first:
+//   - lower tiers, down to (never below) their KV floor;
+//   - t's own requests started after for_req, when for_req is running (it cannot
+//     continue otherwise; the newest gives way, as in vLLM);
+//   - higher tiers only while t is below its floor, and only down to their cap: what a
+//     tier holds beyond its cap was borrowed, and the lender takes it back.
+// Requests whose preemption budget is spent are never chosen. Preempts nothing unless
+// that frees enough.
+bool Scheduler::preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks) {
+  const TierId t = for_req.served;
+  const bool below_floor = c.kv_held[size_t(t)] < c.kv_floor[size_t(t)];
+  std::vector<Req*> victims;
+  int64_t freed = 0;
+  for (TierId u = c.n_tiers - 1; u >= 0 && freed < n_blocks; --u) {
+    if (u < t && (!below_floor || c.kv_held[size_t(u)] <= c.kv_cap[size_t(u)])) continue;
+    if (u == t && for_req.state != RequestState::kRunning) continue;
+    int64_t held = c.kv_held[size_t(u)];
+    const auto& running = ts_[size_t(u)].running;
+    for (auto it = running.rbegin(); it != running.rend() && freed < n_blocks; ++it) {
+      Req& v = reqs_.at(*it);
+      if (&v == &for_req) break;  // same tier: only requests newer than for_req
+      if (v.n_blocks == 0 || v.n_preemptions >= v.budget) continue;
+      if (u > t && held - v.n_blocks < c.kv_floor[size_t(u)]) continue;
+      if (u < t && held - v.n_blocks < c.kv_cap[size_t(u)]) continue;  // only what it borrowed
+      const auto& cu = c.cands[size_t(u)];
+      const bool in_plan = std::any_of(cu.begin(), cu.end(), [&](const Candidate& x) { return x.q == &v && x.planned > 0; });
+      if (in_plan) continue;
+      victims.push_back(&v);
+      held -= v.n_blocks;
+      freed += v.n_blocks;
+    }
+  }
+  if (freed < n_blocks) return false;
+  for (Req* v : victims) {
+    preempt(c, *v, Reason::kKvPressure);
+    events_.back().text = "preempted (" + std::to_string(v->n_preemptions) + " of " + std::to_string(v->budget) +
+                          "): KV blocks for a request of tier '" + tiers_[size_t(t)].name() + "'";
+  }
+  return true;
+}
+
+void Scheduler::preempt(StepCtx& c, Req& q, Reason reason) {
+  const TierId u = q.served;
+  TierState& s = ts_[size_t(u)];
+  auto r = std::find(s.running.begin(), s.running.end(), q.r.id);
+  TS_CHECK(r != s.running.end());
+  s.running.erase(r);
+  s.kv_held -= q.n_blocks;
+  c.kv_held[size_t(u)] -= q.n_blocks;
+  c.kv_avail += q.n_blocks;
+  kv_available_ += q.n_blocks;
+  q.n_blocks = 0;
+  q.n_computed = 0;
+  ++q.n_preemptions;
+  enqueue(q, u, true, c.now_ns);  // back at the head of its line; started, so no timeout
+  for (Candidate& x : c.cands[size_t(u)])
+    if (x.q == &q) x.skip = true;
+  c.preempted.push_back(q.r.id);
+  emit(EventKind::kPreempted, q, u, reason, "preempted");
+}
+
+void Scheduler::pack(StepCtx& c) {
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    c.packing = t;
+    int64_t left = c.grant[size_t(t)];
+    for (Candidate& cand : c.cands[size_t(t)]) {
+      if (left <= 0) break;
+      if (cand.skip) continue;
+      left -= place(c, cand, std::min(cand.want, left), true);
+    }
+  }
+  // Work conservation: tokens a tier could not use (KV, batch limits) go to whoever can,
+  // in priority order, within caps for tiers that do not borrow. Floors are already met.
+  c.packing = c.n_tiers;
+  int64_t left = c.budget;
+  for (int64_t p : c.planned) left -= p;
+  for (TierId t = 0; t < c.n_tiers && left > 0; ++t) {
+    const bool borrow = tiers_[size_t(t)].borrows();
+    for (Candidate& cand : c.cands[size_t(t)]) {
+      if (left <= 0) break;
+      if (cand.skip || cand.planned >= cand.want) continue;
+      const int64_t room = borrow ? kUnlimited : c.tok_cap[size_t(t)] - c.planned[size_t(t)];
+      const int64_t n = std::min({cand.want - cand.planned, left, room});
+      if (n <= 0) break;
+      left -= place(c, cand, n, false);
+    }
+  }
+}
+
+// Nothing could be planned although there is demand: every block is held by requests
+// that cannot advance. Preempt the lowest-tier newest running request (or, when every
+// budget is spent, fail it explicitly) so that the next step can move.
+void Scheduler::break_deadlock(StepCtx& c) {
+  int64_t n_planned = 0, n_demand = 0;
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    n_planned += c.planned[size_t(t)];
+    n_demand += c.demand[size_t(t)];
+  }
+  if (n_planned > 0 || n_demand == 0 || kv_in_use() == 0) return;
+  Req* victim = nullptr;
+  for (int pass = 0; pass < 2 && !victim; ++pass)
+    for (TierId u = c.n_tiers - 1; u >= 0 && !victim; --u)
+      for (auto it = ts_[size_t(u)].running.rbegin(); it != ts_[size_t(u)].running.rend(); ++it) {
+        Req& v = reqs_.at(*it);
+        if (v.n_blocks > 0 && (pass == 1 || v.n_preemptions < v.budget)) {
+          victim = &v;
+          break;
+        }
+      }
+  if (!victim) return;
+  if (victim->n_preemptions < victim->budget) {
+    preempt(c, *victim, Reason::kKvPressure);
+    events_.back().text = "preempted: no request could advance with the KV blocks left";
+  } else {
+    c.kv_avail += victim->n_blocks;
+    end(victim->r.id, EventKind::kFailed, Reason::kKvExhausted,
+        "no request could advance and its preemption budget is spent");
+  }
+}
+
+void Scheduler::finish_plan(StepCtx& c, Plan& plan) {
+  plan.preempt = std::move(c.preempted);
+  plan.tiers.resize(size_t(c.n_tiers));
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    TierStep& ts = plan.tiers[size_t(t)];
+    const bool spec = tiers_[size_t(t)].config().speculative;
+    int32_t n_new = 0;
+    int64_t demand = 0;  // without the requests preempted during this plan
+    for (const Candidate& cand : c.cands[size_t(t)]) {
+      if (!cand.skip) demand += cand.want;
+      if (cand.skip || cand.planned <= 0) continue;
+      const Req& q = *cand.q;
+      PlanEntry e;
+      e.id = q.r.id;
+      e.tier = t;
+      e.kind = q.state == RequestState::kRunning ? EntryKind::kContinue : q.started ? EntryKind::kResume : EntryKind::kStart;
+      e.n_tokens = cand.planned;
+      e.n_outputs = q.n_computed + cand.planned == q.n_known() ? 1 : 0;
+      e.speculative = spec;
+      plan.entries.push_back(e);
+      ++ts.n_planned;
+      if (q.state == RequestState::kQueued) ++n_new;
+    }
+    ts.tokens_demand = std::min(demand, c.budget);
+    ts.tokens_floor = c.tok_floor[size_t(t)];
+    ts.tokens_cap = c.tok_cap[size_t(t)];
+    ts.tokens_planned = c.planned[size_t(t)];
+    ts.kv_limited = c.kv_limited[size_t(t)];
+    ts.kv_blocks_held = ts_[size_t(t)].kv_held;
+    ts.kv_blocks_floor = int32_t(c.kv_floor[size_t(t)]);
+    ts.n_queued = int32_t(ts_[size_t(t)].queue->size()) - n_new;
+    ts.n_running = int32_t(ts_[size_t(t)].running.size()) + n_new;
+    ts_[size_t(t)].backlogged = ts.n_queued > 0;
+  }
+  // A higher tier left waiting below its cap while a lower one got more than its floor.
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    const TierStep& hi = plan.tiers[size_t(t)];
+    const auto& ct = c.cands[size_t(t)];
+    const bool waiting =
+        !hi.kv_limited && std::any_of(ct.begin(), ct.end(), [](const Candidate& x) { return !x.skip && x.planned == 0; });
+    // Borrowing takes only idle capacity, so a borrowing tier at its cap is no inversion.
+    const bool below_cap = hi.tokens_planned < hi.tokens_cap;
+    if (!waiting || !below_cap) continue;
+    for (TierId u = t + 1; u < c.n_tiers; ++u)
+      if (plan.tiers[size_t(u)].tokens_planned > plan.tiers[size_t(u)].tokens_floor) ++plan.n_priority_inversions;
+  }
+  plan.events = std::move(events_);
+  events_.clear();
+}
+
+Plan Scheduler::schedule(int64_t now_ns) {
+  now_ns = std::max(now_ns, last_now_ns_);
+  observe_service_rates(now_ns);
+  last_now_ns_ = now_ns;
+  apply_timeouts(now_ns);
+
+  StepCtx c;
+  c.now_ns = now_ns;
+  c.budget = cfg_.step_token_budget;
+  c.n_tiers = n_tiers();
+  const size_t n = size_t(c.n_tiers);
+  c.cands.resize(n);
+  c.demand.assign(n, 0);
+  c.tok_floor.assign(n, 0);
+  c.tok_cap.assign(n, 0);
+  c.planned.assign(n, 0);
+  c.kv_held.assign(n, 0);
+  c.kv_floor.assign(n, 0);
+  c.kv_cap.assign(n, 0);
+  c.kv_reserve.assign(n, 0);
+  c.kv_limited.assign(n, false);
+  collect_candidates(c);
+
+  std::vector<ShareInput> in(n);
+  for (size_t t = 0; t < n; ++t) in[t] = {c.demand[t], c.tok_floor[t], c.tok_cap[t], tiers_[t].borrows()};
+  c.grant = allocate_shares(c.budget, in);
+
+  // KV: floors of tiers below them, for what their granted tokens would take, are kept
+  // free while higher tiers are packed.
+  c.kv_avail = std::max(0, kv_available_);
+  for (size_t t = 0; t < n; ++t) {
+    c.kv_held[t] = ts_[t].kv_held;
+    c.kv_floor[t] = tiers_[t].floor_of(kv_total_);
+    c.kv_cap[t] = tiers_[t].cap_of(kv_total_);
+    int64_t need = 0, left = c.grant[t];
+    for (const Candidate& cand : c.cands[t]) {
+      if (left <= 0) break;
+      const int64_t k = std::min(cand.want, left);
+      need += kv::blocks_to_append(cand.q->n_computed, cand.q->n_blocks, k, cfg_.kv_block_size);
+      left -= k;
+    }
+    c.kv_reserve[t] = std::clamp<int64_t>(c.kv_floor[t] - c.kv_held[t], 0, need);
+  }
+
+  pack(c);
+  break_deadlock(c);
+
+  Plan plan;
+  plan.step = ++step_;
+  plan.now_ns = now_ns;
+  plan.token_budget = c.budget;
+  finish_plan(c, plan);
+  return plan;
+}
+
+}  // namespace ts::sched

@@ -1,0 +1,262 @@
+// Scheduler: admission, cancellation, results, queries. The per-step planning is in
+// plan_step.cc.
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+#include "kv/blocks.h"
+
+namespace ts::sched {
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedConfig& cfg) {
+  TS_RETURN_IF_ERROR(validate_config(cfg));
+  return std::unique_ptr<Scheduler>(new Scheduler(cfg));
+}
+
+Scheduler::Scheduler(const SchedConfig& cfg)
+    : cfg_(cfg), tiers_(make_tier_policies(cfg)), kv_total_(cfg.kv_blocks_total), kv_available_(cfg.kv_blocks_total) {
+  const int64_t window_ns = cfg.service_rate_window_ms * 1'000'000;
+  for (const TierPolicy& t : tiers_) ts_.push_back(TierState{t.make_queue(), {}, 0, 0, ServiceRate(window_ns), 0, false});
+}
+
+std::optional<TierId> Scheduler::find_tier(std::string_view name) const {
+  for (const TierPolicy& t : tiers_)
+    if (t.name() == name) return t.id();
+  return std::nullopt;
+}
+
+std::optional<int64_t> Scheduler::predicted_wait_ns(TierId t) const {
+  return ts_[size_t(t)].rate.wait_ns(int64_t(ts_[size_t(t)].queue->size()));
+}
+
+std::optional<RequestInfo> Scheduler::info(RequestId id) const {
+  auto it = reqs_.find(id);
+  if (it == reqs_.end()) return std::nullopt;
+  const Req& q = it->second;
+  return RequestInfo{q.requested, q.served,   q.state,    q.started,       q.promoted,
+                     q.n_computed, q.n_generated, q.n_blocks, q.n_preemptions, q.arrival_ns};
+}
+
+int32_t Scheduler::kv_in_use() const {
+  int32_t n = 0;
+  for (const TierState& s : ts_) n += s.kv_held;
+  return n;
+}
+
+// --- queue bookkeeping ------------------------------------------------------------------
+
+void Scheduler::enqueue(Req& q, TierId t, bool at_head, int64_t now_ns) {
+  q.served = t;
+  q.state = RequestState::kQueued;
+  q.enqueued_ns = now_ns;
+  q.queued_tokens = q.r.n_prompt_tokens;
+  TierState& s = ts_[size_t(t)];
+  s.queue->push(QueueItem{q.r.id, q.r.n_prompt_tokens, at_head});
+  s.queued_tokens += q.queued_tokens;
+}
+
+void Scheduler::dequeue(Req& q) {
+  TierState& s = ts_[size_t(q.served)];
+  TS_CHECK(s.queue->remove(q.r.id));
+  s.queued_tokens -= q.queued_tokens;
+  q.queued_tokens = 0;
+}
+
+void Scheduler::emit(EventKind kind, const Req& q, TierId from, Reason reason, std::string text) {
+  events_.push_back(Event{kind, q.r.id, from, q.served, reason, std::move(text)});
+}
+
+void Scheduler::end(RequestId id, EventKind kind, Reason reason, std::string text) {
+  auto it = reqs_.find(id);
+  TS_CHECK(it != reqs_.end());
+  Req& q = it->second;
+  TierState& s = ts_[size_t(q.served)];
+  if (q.state == RequestState::kQueued) {
+    dequeue(q);
+  } else {
+    auto r = std::find(s.running.begin(), s.running.end(), id);
+    TS_CHECK(r != s.running.end());
+    s.running.erase(r);
+    s.kv_held -= q.n_blocks;
+    kv_available_ += q.n_blocks;  // an estimate until the next step's stats
+  }
+  emit(kind, q, q.served, reason, std::move(text));
+  reqs_.erase(it);
+}
+
+// --- admission --------------------------------------------------------------------------
+
+namespace {
+
+Decision reject(const Request& r, TierId served, Reason reason, std::string text, int64_t retry_after_ms) {
+  Decision d;
+  d.accepted = false;
+  d.tier_requested = r.tier;
+  d.tier_served = served;
+  d.reason = reason;
+  d.text = std::move(text);
+  d.retry_after_ms = std::max<int64_t>(retry_after_ms, 1);
+  return d;
+}
+
+std::string ms(int64_t ns) { return std::to_string(ns / 1'000'000) + " ms"; }
+
+}  // namespace
+
+Decision Scheduler::submit(const Request& r, int64_t now_ns) {
+  if (r.tier < 0 || r.tier >= n_tiers())
+    return reject(r, 0, Reason::kInvalidRequest, "unknown tier " + std::to_string(r.tier), 0);
+  if (r.n_prompt_tokens < 1 || r.max_output_tokens < 1)
+    return reject(r, r.tier, Reason::kInvalidRequest, "empty prompt or max_output_tokens < 1", 0);
+  if (reqs_.count(r.id)) return reject(r, r.tier, Reason::kInvalidRequest, "request id already in use", 0);
+  const int64_t blocks = kv::blocks_for_tokens(r.n_prompt_tokens + r.max_output_tokens, cfg_.kv_block_size);
+  if (blocks > kv_total_)
+    return reject(r, r.tier, Reason::kTooLarge,
+                  "prompt + max_output_tokens need " + std::to_string(blocks) + " KV blocks of " +
+                      std::to_string(kv_total_),
+                  0);
+
+  // Walk down the tier's on_timeout rule while the tier cannot take the request.
+  TierId t = r.tier;
+  Reason why = Reason::kNone;
+  std::string text;
+  for (;;) {
+    const TierPolicy& p = tiers_[size_t(t)];
+    const TierState& s = ts_[size_t(t)];
+    std::optional<Move> move;
+    if (p.queue_full(int64_t(s.queue->size()), s.queued_tokens, r.n_prompt_tokens)) {
+      why = Reason::kQueueFull;
+      text = "tier '" + p.name() + "' queue is full (" + std::to_string(s.queue->size()) + " requests, " +
+             std::to_string(s.queued_tokens) + " tokens)";
+      move = p.timeout_rule().at_admission(t);
+      if (move->kind == Move::kStay) move = Move{Move::kReject, 0};  // a full queue takes nobody
+    } else if (auto wait = predicted_wait_ns(t); wait && p.max_wait_ns() > 0 && *wait > p.max_wait_ns()) {
+      why = Reason::kPredictedWait;
+      text = "predicted wait " + ms(*wait) + " on tier '" + p.name() + "' exceeds its " + ms(p.max_wait_ns());
+      move = p.timeout_rule().at_admission(t);
+      if (move->kind == Move::kStay) break;  // promotion will rescue it: admit here
+    } else {
+      break;
+    }
+    if (move->kind == Move::kToTier && move->tier > t) {
+      t = move->tier;  // downgrades go strictly down (validated), so this ends
+      continue;
+    }
+    const int64_t retry = predicted_wait_ns(t).value_or(1'000'000'000) / 1'000'000;
+    return reject(r, t, why, text, std::min<int64_t>(retry, 60'000));
+  }
+
+  if (!shed_for(t, r.n_prompt_tokens))
+    return reject(r, t, Reason::kOverloaded, "server queue limit reached and no lower tier to shed", 1000);
+
+  Req q;
+  q.r = r;
+  q.requested = r.tier;
+  q.arrival_ns = now_ns;
+  q.budget = r.preemption_budget >= 0 ? r.preemption_budget : tiers_[size_t(t)].config().preemption_budget;
+  Req& stored = reqs_.emplace(r.id, q).first->second;
+  enqueue(stored, t, false, now_ns);
+
+  Decision d;
+  d.accepted = true;
+  d.tier_requested = r.tier;
+  d.tier_served = t;
+  if (t != r.tier) {
+    d.reason = why;
+    d.text = text + "; downgraded to '" + tiers_[size_t(t)].name() + "'";
+  }
+  return d;
+}
+
+// Global bound: make room for one request of n_prompt tokens on tier t by rejecting
+// waiting (never started) requests of lower tiers, lowest tier and newest first. Sheds
+// nothing unless that makes enough room.
+bool Scheduler::shed_for(TierId t, int64_t n_prompt) {
+  int64_t n_req = 0, n_tok = 0;
+  for (const TierState& s : ts_) {
+    n_req += int64_t(s.queue->size());
+    n_tok += s.queued_tokens;
+  }
+  int64_t excess_req = n_req + 1 - cfg_.max_queued_requests_total;
+  int64_t excess_tok = n_tok + n_prompt - cfg_.max_queued_tokens_total;
+  if (excess_req <= 0 && excess_tok <= 0) return true;
+  std::vector<RequestId> victims;
+  for (TierId u = n_tiers() - 1; u > t && (excess_req > 0 || excess_tok > 0); --u) {
+    const auto& items = ts_[size_t(u)].queue->items();
+    for (auto it = items.rbegin(); it != items.rend() && (excess_req > 0 || excess_tok > 0); ++it) {
+      const Req& v = reqs_.at(it->id);
+      if (v.started) continue;
+      victims.push_back(it->id);
+      excess_req -= 1;
+      excess_tok -= v.queued_tokens;
+    }
+  }
+  if (excess_req > 0 || excess_tok > 0) return false;
+  for (RequestId id : victims)
+    end(id, EventKind::kRejected, Reason::kShedForHigherTier,
+        "shed under global overload for a request of tier '" + tiers_[size_t(t)].name() + "'");
+  return true;
+}
+
+Status Scheduler::cancel(RequestId id) {
+  if (!reqs_.count(id)) return not_found("request " + std::to_string(id) + " is not active");
+  end(id, EventKind::kCancelled, Reason::kCancelled, "cancelled");
+  return Status::ok();
+}
+
+// --- results ----------------------------------------------------------------------------
+
+Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
+  std::unordered_map<RequestId, const PlanEntry*> planned;
+  for (const PlanEntry& e : plan.entries) planned.emplace(e.id, &e);
+  std::string unknown;
+  bool no_room = false;
+  int32_t freed = 0;  // blocks of requests ended here: serving frees them after the step
+  for (const RequestResult& rr : u.requests) {
+    auto pe = planned.find(rr.id);
+    if (pe == planned.end()) {
+      unknown += (unknown.empty() ? "" : ", ") + std::to_string(rr.id);
+      continue;
+    }
+    auto it = reqs_.find(rr.id);
+    if (it == reqs_.end()) continue;  // cancelled meanwhile
+    Req& q = it->second;
+    TierState& s = ts_[size_t(q.served)];
+    switch (rr.outcome) {
+      case StepOutcome::kOk: {
+        if (q.state == RequestState::kQueued) {
+          dequeue(q);
+          q.state = RequestState::kRunning;
+          s.running.push_back(q.r.id);
+          if (!q.started) ++s.n_started;
+          q.started = true;
+        }
+        s.kv_held += rr.n_blocks - q.n_blocks;
+        q.n_blocks = rr.n_blocks;
+        q.n_computed = rr.n_computed;
+        q.n_generated += rr.n_sampled;
+        if (rr.finished || q.n_generated >= q.r.max_output_tokens) {
+          freed += q.n_blocks;
+          end(q.r.id, EventKind::kFinished, Reason::kNone, "finished");
+        }
+        break;
+      }
+      case StepOutcome::kNoRoom:
+        no_room = true;  // nothing changed; the next plan sees the real free count
+        break;
+      case StepOutcome::kInvalid:
+        freed += q.n_blocks;
+        end(q.r.id, EventKind::kFailed, Reason::kEngineError, "engine refused the step");
+        break;
+    }
+  }
+  if (u.kv_blocks_total > 0) kv_total_ = u.kv_blocks_total;
+  if (u.kv_blocks_available >= 0) kv_available_ = std::min(kv_total_, u.kv_blocks_available + freed);
+  else kv_available_ = no_room ? 0 : std::max(0, kv_total_ - kv_in_use());
+  if (!unknown.empty()) return invalid_argument("results for requests not in the plan: " + unknown);
+  return Status::ok();
+}
+
+}  // namespace ts::sched

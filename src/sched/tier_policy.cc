@@ -1,0 +1,43 @@
+#include "sched/tier_policy.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "sched/shares.h"
+
+namespace ts::sched {
+
+TierPolicy::TierPolicy(const TierConfig& cfg, TierId id, TierId downgrade_target) : cfg_(cfg), id_(id) {
+  switch (cfg.on_timeout.action) {
+    case TimeoutAction::kPromote: rule_ = std::make_unique<PromoteRule>(); break;
+    case TimeoutAction::kDowngrade: rule_ = std::make_unique<DowngradeRule>(downgrade_target); break;
+    case TimeoutAction::kReject: rule_ = std::make_unique<RejectRule>(); break;
+  }
+  TS_CHECK(rule_ != nullptr);
+}
+
+int64_t TierPolicy::floor_of(int64_t capacity) const { return share_units(cfg_.share_min, capacity); }
+
+int64_t TierPolicy::cap_of(int64_t capacity) const {
+  return std::max(floor_of(capacity), share_units(cfg_.share_max, capacity));
+}
+
+std::vector<TierPolicy> make_tier_policies(const SchedConfig& cfg) {
+  std::vector<const TierConfig*> order;
+  for (const TierConfig& t : cfg.tiers) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->priority < b->priority; });
+  auto rank = [&](const std::string& name) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i]->name == name) return TierId(i);
+    return TierId(-1);
+  };
+  std::vector<TierPolicy> out;
+  out.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const TierId target = order[i]->on_timeout.action == TimeoutAction::kDowngrade ? rank(order[i]->on_timeout.target) : -1;
+    out.emplace_back(*order[i], TierId(i), target);
+  }
+  return out;
+}
+
+}  // namespace ts::sched
