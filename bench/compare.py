@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of tierserve and the llama.cpp peer (bench/compare.sh runs this).
+
+For each model (random weights from `tierserve make-model`, real shapes) and thread count:
+  peer       llama-bench -p N_PROMPT -n N_GEN -d 0,DEPTH -r REPS (each peer build of
+             bench/peer.sh: build/peer/gcc, build/peer/clang), median of its samples
+  tierserve  `tierserve run --json --ignore-eos --temp 0`, one warm-up then REPS runs:
+             a 1-token prompt + N_GEN tokens (decode at depth 0) and an N_PROMPT-token
+             prompt + N_GEN tokens (prompt processing at depth 0, and decode after a
+             prompt of N_PROMPT tokens, i.e. llama-bench's tg at depth N_PROMPT)
+and prints a markdown table of medians (tok/s), the ratio to the best peer build, and
+decode's achieved bandwidth (weight bytes x tok/s) against the peak tierserve measures.
+Raw results go to OUT/results.jsonl, the table to OUT/table.md.
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# Plain English, written for this benchmark; repeated to reach the prompt length.
+PROMPT_TEXT = (
+    "The village sat at the edge of a wide green valley, where a slow river bent around the "
+    "hills. Every spring the farmers planted wheat and barley, and every autumn the children "
+    "helped to carry the baskets home. In the evenings people gathered in the square to talk "
+    "about the weather, the price of bread and the stories their grandparents used to tell. "
+    "One year a traveller arrived with a cart full of books, and the whole village learned to "
+    "read a little better that winter. ")
+
+T0 = time.time()
+
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silences llama.cpp's C-level logging (fd 2) for the duration."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+def log(msg):
+    print(f"[compare {time.time() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def loadavg():
+    try:
+        return open("/proc/loadavg").read().split()[0]
+    except OSError:
+        return "?"
+
+
+def make_model(tierserve, models_dir, arch, shape, typ):
+    path = os.path.join(models_dir, f"{arch}-{shape}-{typ}.gguf")
+    if not os.path.exists(path):
+        log(f"make-model {arch} {shape} {typ}")
+        subprocess.run([tierserve, "make-model", "--arch", arch, "--shape", shape, "--type", typ, "-o", path],
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def weight_bytes(path):
+    from gguf import GGUFReader
+    return sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
+
+
+def prompt_of_tokens(path, n_tokens):
+    """A text that llama.cpp's tokenizer (which ours matches) turns into exactly n_tokens
+    tokens, BOS included when the vocabulary adds one; the closest below if not exact."""
+    from llama_cpp import Llama
+    with quiet_stderr():  # llama.cpp warns about the context of a vocab-only load
+        m = Llama(model_path=path, vocab_only=True, verbose=False)
+    count = lambda s: len(m.tokenize(s.encode(), add_bos=True, special=False))
+    words = (PROMPT_TEXT * (1 + 4 * n_tokens // len(PROMPT_TEXT.split()))).split()
+    lo, hi = 0, len(words)
+    while lo < hi:  # longest prefix of words with <= n_tokens tokens
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid])) <= n_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = " ".join(words[:lo])
+    for filler in (" a", " the", ".", ",", " I"):
+        while count(text + filler) <= n_tokens:
+            text += filler
+        if count(text) == n_tokens:
+            break
+    return text, count(text)
+
+
+def run_peer(peer_bin, model, threads, args, fa):
+    cmd = [peer_bin, "-m", model, "-t", str(threads), "-p", str(args.n_prompt), "-n", str(args.n_gen),
+           "-d", f"0,{args.depth}", "-r", str(args.reps), "-fa", fa, "-o", "jsonl"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    results = []
+    for line in out.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        results.append({"test": test, "depth": r.get("n_depth", 0), "samples": r["samples_ts"],
+                        "median": median(r["samples_ts"]), "flash_attn": fa})
+    return results, " ".join(cmd)
+
+
+def run_tierserve(tierserve, model, threads, prompt, args):
+    cmd = [tierserve, "run", "-m", model, "-p", prompt, "-n", str(args.n_gen), "-t", str(threads),
+           "--temp", "0", "--ignore-eos", "--json", "-c", str(args.n_prompt + args.n_gen + 64),
+           "-b", str(args.n_prompt)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"tierserve run failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+    return json.loads(p.stdout)
+
+
+def fmt(x, nd=1):
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tierserve", default=os.path.join(ROOT, "build", "bin", "tierserve"))
+    ap.add_argument("--peer-dir", default=os.path.join(ROOT, "build", "peer"))
+    ap.add_argument("--peers", default="gcc,clang", help="peer builds of bench/peer.sh to run")
+    ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "bench-models"))
+    ap.add_argument("--models", default="llama:110m:q8_0,llama:110m:q4_k_m,qwen2:0.5b:q8_0,qwen2:0.5b:q4_k_m",
+                    help="arch:shape:type list")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n-prompt", type=int, default=512)
+    ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--depth", type=int, default=512)
+    ap.add_argument("--fa", default="auto", help="llama-bench -fa value (off, on, auto)")
+    ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--skip-tierserve", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results",
+                                                  datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.models_dir, exist_ok=True)
+    threads = [int(t) for t in args.threads.split(",")]
+    peers = [] if args.skip_peer else [p for p in args.peers.split(",") if p]
+    for p in peers:
+        if not os.access(os.path.join(args.peer_dir, p, "bin", "llama-bench"), os.X_OK):
+            sys.exit(f"compare: no {args.peer_dir}/{p}/bin/llama-bench: run bench/peer.sh first")
+    if not os.access(args.tierserve, os.X_OK):
+        sys.exit(f"compare: no tierserve binary at {args.tierserve}")
+
+    raw = open(os.path.join(args.out, "results.jsonl"), "w")
+    rows = []  # (model label, threads, test, depth, {engine: median}, extra)
+    peak = None
+    for spec in args.models.split(","):
+        arch, shape, typ = spec.split(":")
+        model = make_model(args.tierserve, args.models_dir, arch, shape, typ)
+        wbytes = weight_bytes(model)
+        label = f"{shape} {typ}"
+        prompt = short = None
+        if not args.skip_tierserve:
+            prompt, n = prompt_of_tokens(model, args.n_prompt)
+            short = "Once"
+            log(f"{label}: {n}-token prompt")
+        for t in threads:
+            res = {}  # (test, depth) -> {engine: median}
+            for p in peers:
+                log(f"{label} t={t}: llama.cpp {p} (load {loadavg()})")
+                out, cmd = run_peer(os.path.join(args.peer_dir, p, "bin", "llama-bench"), model, t, args, args.fa)
+                for r in out:
+                    res.setdefault((r["test"], r["depth"]), {})[f"llama.cpp {p}"] = r["median"]
+                    raw.write(json.dumps({"engine": f"llama.cpp-{p}", "model": label, "threads": t, "cmd": cmd,
+                                          **r}) + "\n")
+            if not args.skip_tierserve:
+                log(f"{label} t={t}: tierserve (load {loadavg()})")
+                pp, tg0, tgd = [], [], []
+                for rep in range(args.reps + 1):  # the first run warms the page cache
+                    a = run_tierserve(args.tierserve, model, t, short, args)
+                    b = run_tierserve(args.tierserve, model, t, prompt, args)
+                    peak = a.get("peak_gb_s", peak)
+                    if rep == 0:
+                        continue
+                    tg0.append(a["gen_tok_s"])
+                    pp.append(b["prompt_tok_s"])
+                    tgd.append(b["gen_tok_s"])
+                    raw.write(json.dumps({"engine": "tierserve", "model": label, "threads": t, "rep": rep,
+                                          "short": {k: a[k] for k in a if k not in ("text", "tokens")},
+                                          "long": {k: b[k] for k in b if k not in ("text", "tokens", "prompt_tokens")},
+                                          "n_prompt": len(b["prompt_tokens"])}) + "\n")
+                res.setdefault((f"pp{args.n_prompt}", 0), {})["tierserve"] = median(pp)
+                res.setdefault((f"tg{args.n_gen}", 0), {})["tierserve"] = median(tg0)
+                res.setdefault((f"tg{args.n_gen}", args.depth), {})["tierserve"] = median(tgd)
+            raw.flush()
+            for (test, depth), v in sorted(res.items(), key=lambda kv: (kv[0][0][:2] != "pp", kv[0][1])):
+                rows.append((label, t, test, depth, v, wbytes))
+
+    engines = [f"llama.cpp {p}" for p in peers] + ([] if args.skip_tierserve else ["tierserve"])
+    lines = []
+    head = ["model", "threads", "test", "depth"] + [f"{e} tok/s" for e in engines]
+    if peers and not args.skip_tierserve:
+        head.append("tierserve / best peer")
+    head.append("decode GB/s" + (f" (% of {peak:.0f} GB/s peak)" if peak else ""))
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for label, t, test, depth, v, wbytes in rows:
+        cells = [label, str(t), test, str(depth)] + [fmt(v.get(e)) for e in engines]
+        best_peer = max([v[e] for e in engines if e.startswith("llama.cpp") and v.get(e)], default=None)
+        if peers and not args.skip_tierserve:
+            ts = v.get("tierserve")
+            cells.append(f"{ts / best_peer:.2f}x" if ts and best_peer else "—")
+        if test.startswith("tg"):
+            gbs = []
+            for e in engines:
+                if v.get(e):
+                    g = wbytes * v[e] / 1e9
+                    gbs.append(f"{e.split()[-1]} {g:.1f}" + (f" ({100 * g / peak:.0f}%)" if peak else ""))
+            cells.append(", ".join(gbs) or "—")
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; decode GB/s counts weight bytes only "
+            f"(KV reads at depth add to it). Load average at the end: {loadavg()}.\n")
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(table + "\n" + note)
+    print(table)
+    print(note)
+    log(f"results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

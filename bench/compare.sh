@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of tierserve and the llama.cpp peer: decode (tg128, at depth 0
+# and 512) and prompt processing (pp512) on random-weight 110m and 0.5b models in Q8_0
+# and Q4_K_M, 1 and 2 threads, medians of 3 runs, as a markdown table (docs/BENCHMARKS.md).
+#
+#   bash bench/peer.sh                 # once: builds build/peer/{gcc,clang}
+#   bash bench/compare.sh              # all models, 1 and 2 threads
+#   bash bench/compare.sh --models llama:110m:q8_0 --threads 2 --reps 5
+#
+# Options are those of bench/compare.py (--help). Needs the tierserve binary in
+# build/bin (or --tierserve) and the project venv (.venv: llama-cpp-python, gguf).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=$ROOT/.venv/bin/python
+[[ -x $PY ]] || PY=python3
+exec "$PY" "$ROOT/bench/compare.py" "$@"

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Builds the llama.cpp peer for the side-by-side benchmark (bench/compare.sh): the
+# llama.cpp vendored in the pinned llama-cpp-python sdist (the same code as the oracle of
+# tests/oracle_logits_test.cc), with -DGGML_NATIVE=ON, in two variants:
+#   build/peer/gcc    Debian 12's GCC 12, with the AMX tile-config fix below
+#   build/peer/clang  clang 14
+# and reports for each whether it has llama.cpp's AMX path and whether it runs a
+# quantized model.
+#
+# The AMX fix: GCC 12 does not see that `ldtilecfg` reads the tile config that
+# ggml_tile_config_init() builds on the stack, so it drops the stores into it (only the
+# zeroing survives) and the next tile instruction faults (SIGILL on every quantized model;
+# upstream: ggml-org/llama.cpp PR #26954, which moves the config to .rodata and also
+# requests XTILEDATA per thread). We add one compiler barrier that takes the config's
+# address, so the stores must happen before it. The script checks that on a code snippet
+# (GCC 12 output with and without the barrier) even on CPUs without AMX.
+#
+# Usage: bench/peer.sh [--variants "gcc clang"] [--jobs N] [--model FILE.gguf]
+#   --model   a GGUF to smoke-test both builds with (default: a tiny q8_0 from make-model
+#             when $TIERSERVE, default build/bin/tierserve, exists)
+# Environment: PEER_PIN (llama-cpp-python version, default 0.3.36), PEER_DIR (default
+# build/peer), PIP (default .venv/bin/pip, else python3 -m pip).
+# Nothing is fetched once build/peer/sdist holds the sdist.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PIN=${PEER_PIN:-0.3.36}
+PEER_DIR=${PEER_DIR:-$ROOT/build/peer}
+VARIANTS="gcc clang"
+JOBS=$(nproc)
+MODEL=""
+TARGETS=(llama-bench llama-batched-bench llama-completion)
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --variants) VARIANTS=$2; shift 2 ;;
+    --jobs) JOBS=$2; shift 2 ;;
+    --model) MODEL=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "peer.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[peer %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# --- 1. the pinned source ------------------------------------------------------------
+SDIST=$PEER_DIR/sdist/llama_cpp_python-$PIN.tar.gz
+if [[ ! -f $SDIST ]]; then
+  if [[ -x $ROOT/.venv/bin/pip ]]; then PIP_CMD=("$ROOT/.venv/bin/pip"); else PIP_CMD=(python3 -m pip); fi
+  [[ -n ${PIP:-} ]] && PIP_CMD=("$PIP")
+  log "downloading the llama-cpp-python==$PIN sdist (pip download --no-binary :all:)"
+  mkdir -p "$PEER_DIR/sdist"
+  "${PIP_CMD[@]}" download --no-binary :all: --no-deps "llama-cpp-python==$PIN" -d "$PEER_DIR/sdist" >&2
+fi
+SRC_ROOT=$PEER_DIR/src/llama_cpp_python-$PIN
+SRC=$SRC_ROOT/vendor/llama.cpp
+if [[ ! -f $SRC/CMakeLists.txt ]]; then
+  log "extracting $SDIST"
+  mkdir -p "$PEER_DIR/src"
+  tar -xzf "$SDIST" -C "$PEER_DIR/src"
+fi
+
+# --- 2. the AMX tile-config barrier (idempotent) -------------------------------------
+MMQ=$SRC/ggml/src/ggml-cpu/amx/mmq.cpp
+MARK="tierserve bench/peer.sh: keep the tile config stores (GCC 12)"
+python3 - "$MMQ" "$MARK" <<'EOF'
+import re, sys
+path, mark = sys.argv[1], sys.argv[2]
+src = open(path).read()
+if mark in src:
+    print(f"[peer] AMX barrier already in {path}", file=sys.stderr)
+    sys.exit(0)
+# The one _tile_loadconfig(&tc) inside ggml_tile_config_init().
+start = src.index("inline void ggml_tile_config_init(void)")
+end = src.index("\n}\n", start)
+body = src[start:end]
+hits = [m.start() for m in re.finditer(r"\n(\s*)_tile_loadconfig\(&tc\);", body)]
+if len(hits) != 1:
+    sys.exit(f"peer.sh: expected one _tile_loadconfig(&tc) in ggml_tile_config_init, found {len(hits)}")
+indent = re.match(r"\n(\s*)", body[hits[0]:]).group(1)
+line = f'\n{indent}asm volatile("" : : "r"(&tc) : "memory");  // {mark}'
+body = body[:hits[0]] + line + body[hits[0]:]
+open(path, "w").write(src[:start] + body + src[end:])
+print(f"[peer] AMX barrier added to {path}", file=sys.stderr)
+EOF
+
+# Shows the miscompile and the fix on the same function, compiled for AMX (no AMX CPU
+# needed): counts the stores into the config before ldtilecfg.
+amx_codegen_check() {
+  local cxx=$1 dir=$PEER_DIR/amx-codegen
+  mkdir -p "$dir"
+  cat > "$dir/tilecfg.cpp" <<'EOF'
+#include <immintrin.h>
+#include <cstdint>
+struct tile_config_t { uint8_t palette_id = 0; uint8_t start_row = 0; uint8_t reserved_0[14] = {0};
+                       uint16_t colsb[16] = {0}; uint8_t rows[16] = {0}; };
+void init() {
+  alignas(64) tile_config_t tc = {};
+  tc.palette_id = 1;
+  tc.rows[0] = 8;  tc.colsb[0] = 64;  tc.rows[2] = 16; tc.colsb[2] = 32;
+  tc.rows[4] = 16; tc.colsb[4] = 64;  tc.rows[7] = 16; tc.colsb[7] = 64;
+#ifdef BARRIER
+  asm volatile("" : : "r"(&tc) : "memory");
+#endif
+  _tile_loadconfig(&tc);
+}
+EOF
+  local out=""
+  for b in "" -DBARRIER; do
+    local n
+    n=$("$cxx" -O2 -mamx-tile -mamx-int8 -mavx512f $b -S -o - "$dir/tilecfg.cpp" 2>/dev/null |
+        awk '/ldtilecfg/ {exit} /^[ \t]+mov[bwlq]?[ \t].*\(%rsp\)/ {n++} END {print n+0}') || n="?"
+    out+="${b:-no barrier}: $n store instructions; "
+  done
+  echo "${out%; }"
+}
+
+# --- 3. build ------------------------------------------------------------------------
+build_variant() {
+  local v=$1 cc cxx
+  case "$v" in
+    gcc) cc=gcc; cxx=g++ ;;
+    clang) cc=clang-14; cxx=clang++-14
+           command -v clang-14 >/dev/null || { cc=clang; cxx=clang++; } ;;
+    *) echo "peer.sh: unknown variant $v" >&2; exit 2 ;;
+  esac
+  local dir=$PEER_DIR/$v
+  log "$v: configuring ($($cxx --version | head -1)) in $dir"
+  cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_OPENSSL=OFF >"$dir.configure.log" 2>&1 ||
+    { tail -30 "$dir.configure.log" >&2; exit 1; }
+  log "$v: building ${TARGETS[*]} with $JOBS jobs (log: $dir.build.log)"
+  # Ninja's [n/N] lines, thinned to one every 25 steps, as progress.
+  set +e
+  cmake --build "$dir" -j "$JOBS" --target "${TARGETS[@]}" 2>&1 | tee "$dir.build.log" |
+    awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25 == 0) { split($1, a, /[\[\/\]]/); printf "[peer] %s: step %s of %s\n", v, a[2], a[3] > "/dev/stderr" } }' v="$v"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  if [[ $rc -ne 0 ]]; then grep -E "error|FAILED" "$dir.build.log" | head -20 >&2; exit 1; fi
+  log "$v: built"
+}
+
+# --- 4. report -----------------------------------------------------------------------
+cpu_amx=$(grep -m1 -o -w -E 'amx_(tile|int8)' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)
+cpu_name=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+
+TIERSERVE=${TIERSERVE:-$ROOT/build/bin/tierserve}
+if [[ -z $MODEL && -x $TIERSERVE ]]; then
+  MODEL=$PEER_DIR/smoke-llama-tiny-q8_0.gguf
+  [[ -f $MODEL ]] || "$TIERSERVE" make-model --arch llama --shape tiny --type q8_0 -o "$MODEL" 2>/dev/null || MODEL=""
+fi
+
+REPORT=$PEER_DIR/peer-report.md
+{
+  echo "# llama.cpp peer builds (llama-cpp-python==$PIN, vendor/llama.cpp)"
+  echo
+  echo "- CPU: $cpu_name; AMX in /proc/cpuinfo: ${cpu_amx:-none}"
+  echo "- patch: \`$MARK\` in ggml/src/ggml-cpu/amx/mmq.cpp"
+  echo
+  echo "| build | compiler | -march=native has AMX-INT8 | AMX_INT8 in system_info | AMX buffers | tile-config codegen | smoke test |"
+  echo "|---|---|---|---|---|---|---|"
+} >"$REPORT"
+
+for v in $VARIANTS; do
+  build_variant "$v"
+  dir=$PEER_DIR/$v
+  cxx=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$dir/CMakeCache.txt" | cut -d= -f2)
+  native_amx=$("$cxx" -march=native -dM -E -x c++ /dev/null | grep -c '__AMX_INT8__' || true)
+  codegen=$(amx_codegen_check "$cxx")
+  sysinfo="(no model)"; amxbuf="(no model)"; smoke="(no model)"
+  if [[ -n $MODEL ]]; then
+    set +e
+    "$dir/bin/llama-completion" -m "$MODEL" -p "Once upon a time" -n 4 -no-cnv -t 2 --no-warmup \
+      </dev/null >"$dir.smoke.log" 2>&1
+    rc=$?
+    set -e
+    if grep -q 'AMX_INT8 = 1' "$dir.smoke.log"; then sysinfo=yes; else sysinfo=no; fi
+    if grep -qi 'AMX.*buffer' "$dir.smoke.log"; then amxbuf=yes; else amxbuf=no; fi
+    case $rc in
+      0) smoke="ok (llama-completion, q8_0)" ;;
+      132) smoke="SIGILL" ;;
+      *) smoke="exit $rc (see $dir.smoke.log)" ;;
+    esac
+  fi
+  echo "| $v | $("$cxx" --version | head -1) | $([[ $native_amx -gt 0 ]] && echo yes || echo no) | $sysinfo | $amxbuf | $codegen | $smoke |" >>"$REPORT"
+done
+
+if [[ -z $cpu_amx ]]; then
+  cat >>"$REPORT" <<EOF
+
+This CPU has no AMX, so -march=native does not enable llama.cpp's AMX code in either build:
+the barrier is applied but inert here, and the peer runs its AVX-512 (VNNI) paths. The
+codegen column (store instructions into the config before ldtilecfg) shows the miscompile: GCC 12
+keeps only palette_id = 1 without the barrier (rows and colsb are lost), all of them with it.
+EOF
+fi
+cat "$REPORT"
+log "report: $REPORT"
