@@ -22,6 +22,14 @@ using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 // Dot product of n elements (n a multiple of block_size): w in the row type, x in vec_dot_type.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 
+struct Act;  // activations prepared for the matrix kernels (private to the layer)
+// The matrix kernel: Y[t][r] for tokens [t0, t0+nt) and the rows of one 16-row panel
+// (packed, see panel.h; for F32/F16/BF16 the first row, rows row_bytes apart). Used by
+// matmul.h; every (row, token) result is computed by the same arithmetic whatever the
+// number of tokens, so batching never changes a result.
+using PanelGemmFn = void (*)(const uint8_t* panel, int64_t row_bytes, int n_rows, const Act& act, int t0,
+                             int nt, float* y, int64_t y_stride);
+
 struct TypeTraits {
   DType type;
   int64_t block_size;
@@ -30,7 +38,8 @@ struct TypeTraits {
   ToFloatFn to_float;      // dequantize
   FromFloatFn from_float;  // quantize (the weights of the model maker; activations)
   VecDotFn vec_dot;
-  Isa isa;                 // the path these pointers belong to
+  PanelGemmFn gemm;  // matrix kernel (internal; use matmul.h)
+  Isa isa;           // the path of this row (gaps filled from lower paths)
 };
 
 // Whether `t` has kernels (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
@@ -47,6 +56,12 @@ Isa best_isa();
 
 // Bytes of a row of n elements of type t (n a multiple of the block size).
 int64_t row_bytes(DType t, int64_t n);
+
+// Numerics: all paths of a quantized type compute the same integer block sums and combine
+// them with the same float operations in the same order (scalar, AVX2 and AVX-512 agree
+// bit for bit, and vec_dot equals matvec). F32/F16/BF16 accumulate in 16 lanes over the
+// columns (lane = column mod 16) with fused multiply-adds, then add the lanes pairwise
+// (i with i+8, then i+4, i+2, i+1), again the same on every path.
 
 // Plain reference implementations (slow, obviously correct). Tests compare every path
 // against these.

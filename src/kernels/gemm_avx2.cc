@@ -1,0 +1,406 @@
+// AVX2 panel kernels of the quantized types (layout in panel.h), for CPUs without
+// AVX-512 VNNI.
+//
+// A 256-bit vector holds 4 levels of each of 8 rows, so a 16-row panel is two halves.
+// vpmaddubsw multiplies unsigned levels with signed activation levels into 16-bit pair
+// sums; several of those are added in 16 bits while no overflow is possible (the bound is
+// noted at each use), then vpmaddwd widens them — by ones, or for the K-quants directly by
+// the sub-block scales. Q8_0's signed levels use the sign trick: |w| * sign(x, w).
+//
+// Integer sums are exact and the float operations are the scalar kernels' in the same
+// order, so results are bit-identical to every other path.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "act.h"
+#include "gemm_avx2.h"
+#include "panel.h"
+#include "quant_blocks.h"
+
+namespace ts::kernels::avx2 {
+namespace {
+
+#define TS_INLINE inline __attribute__((always_inline))
+#define TS_UNROLL _Pragma("GCC unroll 16")
+
+TS_INLINE __m256i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+TS_INLINE __m256i load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+TS_INLINE __m256 load_half8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TS_INLINE __m256i ones16() { return _mm256_set1_epi16(1); }
+
+// The 32-bit mask of one half (8 rows x 4 columns) expanded to bytes: `bit` where set.
+TS_INLINE __m256i expand_mask(const uint8_t* mask64, int half, char bit) {
+  uint32_t m;
+  std::memcpy(&m, mask64 + 4 * half, 4);
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                        2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+  const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(m)), shuf);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bits), bits), _mm256_set1_epi8(bit));
+}
+
+TS_INLINE void store_rows(float* y, __m256 v, int n) {
+  if (n >= 8) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int i = 0; i < n; ++i) y[i] = tmp[i];
+  }
+}
+
+template <int T>
+struct Tokens {
+  const int8_t* q[T];
+  const float* d[T];
+  const int32_t* corr[T];
+  const float* s[T];
+  const int16_t* xs[T];
+  Tokens(const Act& a, int t0) {
+    for (int t = 0; t < T; ++t) {
+      q[t] = a.at(a.qs, t0 + t);
+      d[t] = a.at(a.d, t0 + t);
+      corr[t] = a.at(a.corr, t0 + t);
+      s[t] = a.at(a.s, t0 + t);
+      xs[t] = a.at(a.xs, t0 + t);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// 32-element blocks.
+
+template <DType W>
+constexpr int group_bytes32() {
+  return W == DType::Q8_0   ? pq8_0::kBytes
+         : W == DType::Q4_0 ? pq4_0::kBytes
+         : W == DType::Q4_1 ? pq4_1::kBytes
+         : W == DType::Q5_0 ? pq5_0::kBytes
+                            : pq5_1::kBytes;
+}
+template <DType W>
+constexpr int d_offset32() {
+  return W == DType::Q8_0   ? pq8_0::kD
+         : W == DType::Q4_0 ? pq4_0::kD
+         : W == DType::Q4_1 ? pq4_1::kD
+         : W == DType::Q5_0 ? pq5_0::kD
+                            : pq5_1::kD;
+}
+template <DType W>
+constexpr bool has_min32() {
+  return W == DType::Q4_1 || W == DType::Q5_1;
+}
+
+template <DType W, int T>
+void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  constexpr int kG = group_bytes32<W>();
+  const Tokens<T> tk(act, t0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    __m256 acc[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* g = panel + b * kG;
+      const __m256 dw = load_half8(g + d_offset32<W>() + 16 * half);
+      __m256i isum[T];
+      if constexpr (W == DType::Q8_0) {
+        // |w| * sign(x, w): pairs are at most 2 * 128 * 127 = 32512, so widen each one.
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+        TS_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          const __m256i w = load256(g + 64 * j + 32 * half);
+          const __m256i aw = _mm256_sign_epi8(w, w);
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const __m256i x = bcast32(tk.q[t] + 32 * b + 4 * j);
+            const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones16()));
+          }
+        }
+      } else {
+        // Levels <= 31: the 4 low-nibble pair sums of a row stay within 4 * 2 * 31 * 127 =
+        // 31496 in 16 bits, and so do the 4 high-nibble ones; each is widened once.
+        __m256i p0[T], p1[T];
+        TS_UNROLL
+        for (int h = 0; h < 4; ++h) {
+          const __m256i v = load256(g + 64 * h + 32 * half);
+          __m256i lo = _mm256_and_si256(v, m4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
+            lo = _mm256_or_si256(lo, expand_mask(g + pq5_0::kHbit + 16 * h, half, 0x10));
+            hi = _mm256_or_si256(hi, expand_mask(g + pq5_0::kHbit + 16 * h + 8, half, 0x10));
+          }
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const __m256i a = _mm256_maddubs_epi16(lo, bcast32(tk.q[t] + 32 * b + 4 * h));
+            const __m256i c = _mm256_maddubs_epi16(hi, bcast32(tk.q[t] + 32 * b + 16 + 4 * h));
+            p0[t] = h == 0 ? a : _mm256_add_epi16(p0[t], a);
+            p1[t] = h == 0 ? c : _mm256_add_epi16(p1[t], c);
+          }
+        }
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          isum[t] = _mm256_add_epi32(_mm256_madd_epi16(p0[t], ones16()), _mm256_madd_epi16(p1[t], ones16()));
+          if constexpr (!has_min32<W>())
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_set1_epi32(tk.corr[t][b]));
+        }
+      }
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const __m256 dxw = _mm256_mul_ps(dw, _mm256_set1_ps(tk.d[t][b]));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dxw, acc[t]);
+        if constexpr (has_min32<W>()) {
+          constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+          acc[t] = _mm256_fmadd_ps(load_half8(g + kM + 16 * half), _mm256_set1_ps(tk.s[t][b]), acc[t]);
+        }
+      }
+    }
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Q4_K / Q5_K.
+
+// Sub-block scales of one half as 16-bit pairs (sc, sc) per row, for vpmaddwd.
+TS_INLINE __m256i scale_pairs(const uint8_t* sc16) {
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc16)));
+  return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+
+template <DType W, int T>
+void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  constexpr bool kQ5 = W == DType::Q5_K;
+  constexpr int kG = kQ5 ? pq5_k::kBytes : pq4_k::kBytes;
+  constexpr int kSc = kQ5 ? pq5_k::kSc : pq4_k::kSc;
+  constexpr int kMn = kQ5 ? pq5_k::kMn : pq4_k::kMn;
+  constexpr int kD = kQ5 ? pq5_k::kD : pq4_k::kD;
+  constexpr int kDmin = kQ5 ? pq5_k::kDmin : pq4_k::kDmin;
+  const Tokens<T> tk(act, t0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    __m256 acc[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* g = panel + sb * kG;
+      __m256i isum[T];
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        // Levels <= 31: 4 pair sums stay within 4 * 2 * 31 * 127 = 31496.
+        __m256i a[T], bb[T];
+        TS_UNROLL
+        for (int h = 0; h < 8; ++h) {
+          const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
+          __m256i lo = _mm256_and_si256(v, m4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (kQ5) {
+            const uint8_t* hb = g + pq5_k::hbit(c, h, 0);
+            lo = _mm256_or_si256(lo, expand_mask(hb, half, 0x10));
+            hi = _mm256_or_si256(hi, expand_mask(hb + 8, half, 0x10));
+          }
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const int8_t* x = tk.q[t] + 256 * sb + 64 * c + 4 * h;
+            const __m256i pa = _mm256_maddubs_epi16(lo, bcast32(x));
+            const __m256i pb = _mm256_maddubs_epi16(hi, bcast32(x + 32));
+            if (h % 4 == 0) {
+              if (h == 4) {  // widen the first four by the scales before they overflow
+                isum[t] = _mm256_add_epi32(isum[t],
+                                           _mm256_madd_epi16(a[t], scale_pairs(g + kSc + 32 * c + 8 * half)));
+                isum[t] = _mm256_add_epi32(
+                    isum[t], _mm256_madd_epi16(bb[t], scale_pairs(g + kSc + 32 * c + 16 + 8 * half)));
+              }
+              a[t] = pa;
+              bb[t] = pb;
+            } else {
+              a[t] = _mm256_add_epi16(a[t], pa);
+              bb[t] = _mm256_add_epi16(bb[t], pb);
+            }
+          }
+        }
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          isum[t] =
+              _mm256_add_epi32(isum[t], _mm256_madd_epi16(a[t], scale_pairs(g + kSc + 32 * c + 8 * half)));
+          isum[t] = _mm256_add_epi32(isum[t],
+                                     _mm256_madd_epi16(bb[t], scale_pairs(g + kSc + 32 * c + 16 + 8 * half)));
+        }
+      }
+      const __m256 d = load_half8(g + kD + 16 * half), dmin = load_half8(g + kDmin + 16 * half);
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        __m256i imin = _mm256_setzero_si256();
+        TS_UNROLL
+        for (int p = 0; p < 4; ++p) {
+          const __m256i m = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kMn + 32 * p + 16 * half)));
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(m, bcast32(tk.xs[t] + 8 * sb + 2 * p)));
+        }
+        const __m256 dx = _mm256_set1_ps(tk.d[t][sb]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, dx), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), acc[t]);
+      }
+    }
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Q6_K.
+
+template <int T>
+void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  const Tokens<T> tk(act, t0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    __m256 acc[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* g = panel + sb * pq6_k::kBytes;
+      __m256i isum[T];
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int n = 0; n < 2; ++n) {
+        for (int q = 0; q < 2; ++q) {
+          const int idx0 = (2 * n + q) * 8;
+          for (int hh = 0; hh < 2; ++hh) {
+            const int jl = 8 * n + 2 * q + hh, jh = jl + 4;
+            __m256i a[T], bb[T];
+            TS_UNROLL
+            for (int t = 0; t < T; ++t) {
+              a[t] = _mm256_set1_epi32(tk.corr[t][16 * sb + jl]);
+              bb[t] = _mm256_set1_epi32(tk.corr[t][16 * sb + jh]);
+            }
+            TS_UNROLL
+            for (int h2 = 0; h2 < 2; ++h2) {
+              // Two nibble vectors share one vector of top bits (panel.h).
+              const int h = 4 * hh + 2 * h2;
+              const int idx = idx0 + h;
+              const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
+              const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
+              const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
+              const __m256i lv[2] = {
+                  _mm256_or_si256(_mm256_and_si256(va, m4), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30)),
+                  _mm256_or_si256(_mm256_and_si256(vb, m4), _mm256_and_si256(top, m30))};
+              const __m256i hv[2] = {_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(va, 4), m4),
+                                                     _mm256_and_si256(_mm256_slli_epi16(top, 2), m30)),
+                                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vb, 4), m4),
+                                                     _mm256_and_si256(_mm256_srli_epi16(top, 2), m30))};
+              // Levels <= 63: the 2 pair sums of e = 0, 1 stay within 2 * 2 * 63 * 127 = 32004.
+              __m256i pa[T], pb[T];
+              TS_UNROLL
+              for (int e = 0; e < 2; ++e) {
+                TS_UNROLL
+                for (int t = 0; t < T; ++t) {
+                  const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * (h + e);
+                  const __m256i ma = _mm256_maddubs_epi16(lv[e], bcast32(x));
+                  const __m256i mb = _mm256_maddubs_epi16(hv[e], bcast32(x + 64));
+                  pa[t] = e == 0 ? ma : _mm256_add_epi16(pa[t], ma);
+                  pb[t] = e == 0 ? mb : _mm256_add_epi16(pb[t], mb);
+                }
+              }
+              TS_UNROLL
+              for (int t = 0; t < T; ++t) {
+                a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(pa[t], ones16()));
+                bb[t] = _mm256_add_epi32(bb[t], _mm256_madd_epi16(pb[t], ones16()));
+              }
+            }
+            const __m256i scl = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jl + 8 * half)));
+            const __m256i sch = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jh + 8 * half)));
+            TS_UNROLL
+            for (int t = 0; t < T; ++t)
+              isum[t] = _mm256_add_epi32(
+                  isum[t], _mm256_add_epi32(_mm256_mullo_epi32(a[t], scl), _mm256_mullo_epi32(bb[t], sch)));
+          }
+        }
+      }
+      const __m256 d = load_half8(g + pq6_k::kD + 16 * half);
+      TS_UNROLL
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(tk.d[t][sb])),
+                                 acc[t]);
+    }
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+template <int T, DType W>
+void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  if constexpr (W == DType::Q4_K || W == DType::Q5_K)
+    tile_kx<W, T>(panel, nb, act, t0, y, ys, n_rows);
+  else if constexpr (W == DType::Q6_K)
+    tile_q6_k<T>(panel, nb, act, t0, y, ys, n_rows);
+  else
+    tile32<W, T>(panel, nb, act, t0, y, ys, n_rows);
+}
+
+template <DType W>
+void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
+  constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
+  constexpr int kT = kK ? 2 : 4;  // 16 vector registers
+  const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
+  int t = t0;
+  const int end = t0 + nt;
+  for (; t + kT <= end; t += kT) tile<kT, W>(panel, nb, act, t, y, ys, n_rows);
+  switch (end - t) {
+    case 3:
+      if constexpr (kT > 3) tile<3, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 2:
+      if constexpr (kT > 2) tile<2, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 1:
+      tile<1, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+PanelGemmFn quant_gemm(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+      return gemm<DType::Q8_0>;
+    case DType::Q4_0:
+      return gemm<DType::Q4_0>;
+    case DType::Q4_1:
+      return gemm<DType::Q4_1>;
+    case DType::Q5_0:
+      return gemm<DType::Q5_0>;
+    case DType::Q5_1:
+      return gemm<DType::Q5_1>;
+    case DType::Q4_K:
+      return gemm<DType::Q4_K>;
+    case DType::Q5_K:
+      return gemm<DType::Q5_K>;
+    case DType::Q6_K:
+      return gemm<DType::Q6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ts::kernels::avx2

@@ -1,0 +1,417 @@
+// AVX-512 (F/BW/VL + VNNI) panel kernels of the quantized types (layout in panel.h).
+//
+// One 32-bit lane per weight row: vpdpbusd multiplies 4 unsigned levels of each of 16 rows
+// with 4 signed activation levels broadcast to every lane, so a 64-byte load feeds 64
+// multiply-adds with no shuffles and no horizontal sums. Offsets (Q4_0's q - 8 and so on)
+// are folded in by starting the integer sum at -offset * sum(x), precomputed per token
+// (act.h). Q8_0's signed levels are made unsigned by flipping the sign bit (q + 128).
+// The levels are unpacked once per block and reused for a tile of T tokens.
+//
+// The float arithmetic per (row, token) is exactly the scalar kernels' (kernels_scalar.cc):
+// integer sums are exact in any order, then the same multiplies and fused multiply-adds
+// in block order — so results are bit-identical to every other path.
+
+// GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn
+// about them at every inlined use; the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "act.h"
+#include "gemm_avx512.h"
+#include "panel.h"
+#include "quant_blocks.h"
+
+namespace ts::kernels::avx512 {
+namespace {
+
+#define TS_INLINE inline __attribute__((always_inline))
+// Loops over registers (tokens, rows, words of a block) must be unrolled so that arrays of
+// vectors stay in registers.
+#define TS_UNROLL _Pragma("GCC unroll 16")
+
+TS_INLINE __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+TS_INLINE __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+TS_INLINE __m512 load_half16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+TS_INLINE __mmask64 load_mask(const uint8_t* p) {
+  uint64_t m;
+  std::memcpy(&m, p, 8);
+  return _cvtu64_mask64(m);
+}
+TS_INLINE __m512i dpbusd(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+
+// Requests every cache line of a group at once. A K-quant group is a few KiB and its loop
+// long, so during decode the out-of-order window alone keeps too few DRAM reads in flight;
+// issuing them all up front (measured against 1 or 2 groups ahead, into L1 or L2) decoded
+// Q5_K/Q6_K fastest.
+template <int kBytes>
+TS_INLINE void prefetch_group(const uint8_t* g) {
+  TS_UNROLL
+  for (int off = 0; off < kBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
+}
+
+TS_INLINE void store_rows(float* y, __m512 v, int n_rows) {
+  _mm512_mask_storeu_ps(y, __mmask16((1u << n_rows) - 1), v);
+}
+
+// Per-token pointers of a tile.
+template <int T>
+struct Tokens {
+  const int8_t* q[T];
+  const float* d[T];
+  const int32_t* corr[T];
+  const float* s[T];
+  const int16_t* xs[T];
+  Tokens(const Act& a, int t0) {
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      q[t] = a.at(a.qs, t0 + t);
+      d[t] = a.at(a.d, t0 + t);
+      corr[t] = a.at(a.corr, t0 + t);
+      s[t] = a.at(a.s, t0 + t);
+      xs[t] = a.at(a.xs, t0 + t);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// 32-element blocks: Q8_0, Q4_0, Q5_0 (offset levels), Q4_1, Q5_1 (levels + min).
+
+// The 8 vectors of unsigned levels of one block: lo[h] holds columns 4h..4h+3 of each row,
+// hi[h] columns 16+4h.. (Q8_0: w[j] holds columns 4j..4j+3, stored in lo[0..3], hi[0..3]).
+template <DType W>
+TS_INLINE void unpack32(const uint8_t* g, __m512i lo[4], __m512i hi[4]) {
+  if constexpr (W == DType::Q8_0) {
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    TS_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm512_xor_si512(load512(g + 64 * j), flip);
+      hi[j] = _mm512_xor_si512(load512(g + 64 * (j + 4)), flip);
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    TS_UNROLL
+    for (int h = 0; h < 4; ++h) {
+      const __m512i v = load512(g + 64 * h);
+      lo[h] = _mm512_and_si512(v, m4);
+      hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
+      const __m512i b4 = _mm512_set1_epi8(0x10);
+      const uint8_t* hb = g + pq5_0::kHbit;
+      TS_UNROLL
+      for (int h = 0; h < 4; ++h) {
+        lo[h] = _mm512_mask_add_epi8(lo[h], load_mask(hb + 16 * h), lo[h], b4);
+        hi[h] = _mm512_mask_add_epi8(hi[h], load_mask(hb + 16 * h + 8), hi[h], b4);
+      }
+    }
+  }
+}
+
+template <DType W>
+constexpr int group_bytes32() {
+  return W == DType::Q8_0   ? pq8_0::kBytes
+         : W == DType::Q4_0 ? pq4_0::kBytes
+         : W == DType::Q4_1 ? pq4_1::kBytes
+         : W == DType::Q5_0 ? pq5_0::kBytes
+                            : pq5_1::kBytes;
+}
+template <DType W>
+constexpr int d_offset32() {
+  return W == DType::Q8_0   ? pq8_0::kD
+         : W == DType::Q4_0 ? pq4_0::kD
+         : W == DType::Q4_1 ? pq4_1::kD
+         : W == DType::Q5_0 ? pq5_0::kD
+                            : pq5_1::kD;
+}
+template <DType W>
+constexpr bool has_min32() {
+  return W == DType::Q4_1 || W == DType::Q5_1;
+}
+
+// Decode (few tokens) streams a panel at DRAM speed; prefetching 8 blocks (~4 KiB) ahead
+// measured ~15% closer to the read roofline for Q8_0. Past the end of a panel it touches
+// the next panel, or nothing (prefetches never fault).
+constexpr int kPrefetch32 = 8;
+
+template <DType W, int T>
+void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  constexpr int kG = group_bytes32<W>();
+  const Tokens<T> tk(act, t0);
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = panel + b * kG;
+    if constexpr (T <= 2) prefetch_group<kG>(g + kPrefetch32 * kG);
+    __m512i lo[4], hi[4];
+    unpack32<W>(g, lo, hi);
+    const __m512 dw = load_half16(g + d_offset32<W>());
+    // Token-inner loops: T independent vpdpbusd chains interleaved, so the latency of each
+    // chain hides behind the others; with few tokens (decode) the low and high halves get
+    // chains of their own (the integer sum is the same in any order).
+    constexpr int kC = T <= 2 ? 2 : 1;
+    __m512i s[kC][T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      s[0][t] = has_min32<W>() ? _mm512_setzero_si512() : _mm512_set1_epi32(tk.corr[t][b]);
+      if constexpr (kC == 2) s[kC - 1][t] = _mm512_setzero_si512();
+    }
+    TS_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) s[0][t] = dpbusd(s[0][t], lo[j], bcast32(tk.q[t] + 32 * b + 4 * j));
+    }
+    TS_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      TS_UNROLL
+      for (int t = 0; t < T; ++t)
+        s[kC - 1][t] = dpbusd(s[kC - 1][t], hi[j], bcast32(tk.q[t] + 32 * b + 16 + 4 * j));
+    }
+    if constexpr (kC == 2) {
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) s[0][t] = _mm512_add_epi32(s[0][t], s[1][t]);
+    }
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(tk.d[t][b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), dxw, acc[t]);
+      if constexpr (has_min32<W>()) {
+        constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+        acc[t] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(tk.s[t][b]), acc[t]);
+      }
+    }
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// ---------------------------------------------------------------------------------------
+// Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins.
+
+template <DType W, int T>
+void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  constexpr bool kQ5 = W == DType::Q5_K;
+  constexpr int kG = kQ5 ? pq5_k::kBytes : pq4_k::kBytes;
+  constexpr int kSc = kQ5 ? pq5_k::kSc : pq4_k::kSc;
+  constexpr int kMn = kQ5 ? pq5_k::kMn : pq4_k::kMn;
+  constexpr int kD = kQ5 ? pq5_k::kD : pq4_k::kD;
+  constexpr int kDmin = kQ5 ? pq5_k::kDmin : pq4_k::kDmin;
+  const Tokens<T> tk(act, t0);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* g = panel + sb * kG;
+    prefetch_group<kG>(g);
+    __m512i isum[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      __m512i a[T], bb[T];
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) a[t] = bb[t] = _mm512_setzero_si512();
+      TS_UNROLL
+      for (int h = 0; h < 8; ++h) {
+        const __m512i v = load512(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)));
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kQ5) {
+          const uint8_t* hb = g + pq5_k::hbit(c, h, 0);
+          lo = _mm512_mask_add_epi8(lo, load_mask(hb), lo, b4);
+          hi = _mm512_mask_add_epi8(hi, load_mask(hb + 8), hi, b4);
+        }
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const int8_t* x = tk.q[t] + 256 * sb + 64 * c + 4 * h;
+          a[t] = dpbusd(a[t], lo, bcast32(x));
+          bb[t] = dpbusd(bb[t], hi, bcast32(x + 32));
+        }
+      }
+      const __m512i sca =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 32 * c)));
+      const __m512i scb =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 32 * c + 16)));
+      TS_UNROLL
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(
+            isum[t], _mm512_add_epi32(_mm512_mullo_epi32(a[t], sca), _mm512_mullo_epi32(bb[t], scb)));
+    }
+    __m512i mins[4];
+    TS_UNROLL
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kMn + 32 * p)));
+    const __m512 d = load_half16(g + kD), dmin = load_half16(g + kDmin);
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      __m512i imin = _mm512_setzero_si512();
+      TS_UNROLL
+      for (int p = 0; p < 4; ++p)
+        imin = _mm512_dpwssd_epi32(imin, mins[p], bcast32(tk.xs[t] + 8 * sb + 2 * p));
+      const __m512 dx = _mm512_set1_ps(tk.d[t][sb]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// ---------------------------------------------------------------------------------------
+// Q6_K: 16 sub-blocks of 16 with int8 scales, levels q - 32.
+
+template <int T>
+void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  const Tokens<T> tk(act, t0);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* g = panel + sb * pq6_k::kBytes;
+    prefetch_group<pq6_k::kBytes>(g);
+    __m512i isum[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 2; ++q) {
+        const int idx0 = (2 * n + q) * 8;
+        for (int hh = 0; hh < 2; ++hh) {
+          const int jl = 8 * n + 2 * q + hh, jh = jl + 4;  // sub-blocks of the low/high nibbles
+          __m512i a[T], bb[T];
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) {
+            a[t] = _mm512_set1_epi32(tk.corr[t][16 * sb + jl]);
+            bb[t] = _mm512_set1_epi32(tk.corr[t][16 * sb + jh]);
+          }
+          TS_UNROLL
+          for (int h = 4 * hh; h < 4 * hh + 4; h += 2) {
+            // Two nibble vectors share one vector of top bits; (x & 0x0F) | top in one
+            // vpternlogd (0xEC: (A & C) | B).
+            const int idx = idx0 + h;
+            const __m512i top = load512(g + pq6_k::top(idx));
+            const __m512i va = load512(g + pq6_k::nib(idx)), vb = load512(g + pq6_k::nib(idx + 1));
+            __m512i lv[2], hv[2];
+            lv[0] = _mm512_ternarylogic_epi32(va, _mm512_and_si512(_mm512_slli_epi16(top, 4), m30), m4, 0xEC);
+            hv[0] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(va, 4),
+                                              _mm512_and_si512(_mm512_slli_epi16(top, 2), m30), m4, 0xEC);
+            lv[1] = _mm512_ternarylogic_epi32(vb, _mm512_and_si512(top, m30), m4, 0xEC);
+            hv[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(vb, 4),
+                                              _mm512_and_si512(_mm512_srli_epi16(top, 2), m30), m4, 0xEC);
+            TS_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              TS_UNROLL
+              for (int t = 0; t < T; ++t) {
+                const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * (h + e);
+                a[t] = dpbusd(a[t], lv[e], bcast32(x));
+                bb[t] = dpbusd(bb[t], hv[e], bcast32(x + 64));
+              }
+            }
+          }
+          const __m512i scl = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jl)));
+          const __m512i sch = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jh)));
+          TS_UNROLL
+          for (int t = 0; t < T; ++t)
+            isum[t] = _mm512_add_epi32(
+                isum[t], _mm512_add_epi32(_mm512_mullo_epi32(a[t], scl), _mm512_mullo_epi32(bb[t], sch)));
+        }
+      }
+    }
+    const __m512 d = load_half16(g + pq6_k::kD);
+    TS_UNROLL
+    for (int t = 0; t < T; ++t)
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(tk.d[t][sb])), acc[t]);
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// ---------------------------------------------------------------------------------------
+// Drivers: tiles of kT tokens, then one tile of the remainder.
+
+template <int T, DType W>
+void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  if constexpr (W == DType::Q4_K || W == DType::Q5_K)
+    tile_kx<W, T>(panel, nb, act, t0, y, ys, n_rows);
+  else if constexpr (W == DType::Q6_K)
+    tile_q6_k<T>(panel, nb, act, t0, y, ys, n_rows);
+  else
+    tile32<W, T>(panel, nb, act, t0, y, ys, n_rows);
+}
+
+template <DType W>
+void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
+  constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
+  constexpr int kT = kK ? 4 : 8;  // tokens per tile (registers: kT accumulators + sums)
+  const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
+  int t = t0;
+  const int end = t0 + nt;
+  for (; t + kT <= end; t += kT) tile<kT, W>(panel, nb, act, t, y, ys, n_rows);
+  switch (end - t) {
+    case 7:
+      if constexpr (kT > 7) tile<7, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 6:
+      if constexpr (kT > 6) tile<6, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 5:
+      if constexpr (kT > 5) tile<5, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 4:
+      if constexpr (kT > 4) tile<4, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 3:
+      tile<3, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 2:
+      tile<2, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    case 1:
+      tile<1, W>(panel, nb, act, t, y, ys, n_rows);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+PanelGemmFn quant_gemm(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+      return gemm<DType::Q8_0>;
+    case DType::Q4_0:
+      return gemm<DType::Q4_0>;
+    case DType::Q4_1:
+      return gemm<DType::Q4_1>;
+    case DType::Q5_0:
+      return gemm<DType::Q5_0>;
+    case DType::Q5_1:
+      return gemm<DType::Q5_1>;
+    case DType::Q4_K:
+      return gemm<DType::Q4_K>;
+    case DType::Q5_K:
+      return gemm<DType::Q5_K>;
+    case DType::Q6_K:
+      return gemm<DType::Q6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace ts::kernels::avx512

@@ -1,0 +1,16 @@
+// The AVX-512 row of the dispatch table (kernels_impl.h).
+#include "gemm_avx512.h"
+#include "kernels_impl.h"
+
+namespace ts::kernels {
+
+IsaKernels avx512_kernels(DType t) {
+  IsaKernels k;
+  k.to_float = avx512::to_float(t);
+  k.vec_dot = avx512::float_vec_dot(t);
+  k.gemm = avx512::quant_gemm(t);
+  if (!k.gemm) k.gemm = avx512::float_gemm(t);
+  return k;
+}
+
+}  // namespace ts::kernels

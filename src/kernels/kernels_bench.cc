@@ -1,0 +1,161 @@
+// Kernel benchmarks: matvec GB/s of weight bytes per type / ISA / shape / threads, and
+// matmul GFLOP/s for batches of tokens.
+//
+// Decode reads every weight once per token from DRAM, so matvec cycles through enough
+// copies of the matrix (>= 160 MiB) that the last-level cache cannot hold them; the GB/s
+// are DRAM figures. Filter with --benchmark_filter, e.g. 'matvec/q4_K/.*/t2'.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/traits.h"
+#include "matmul_internal.h"
+#include "test_util.h"
+
+namespace ts::kernels {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+constexpr Shape kShapes[] = {{"768x2048", 768, 2048},
+                             {"896x4864", 896, 4864},
+                             {"4864x896", 4864, 896},
+                             {"4096x2048", 4096, 2048},
+                             {"262144x640", 262144, 640}};
+
+ThreadPool* pool_of(int n) {
+  static ThreadPool p1(1), p2(2);
+  return n == 1 ? &p1 : &p2;
+}
+
+// Copies of one random matrix, packed, totalling at least min_total bytes.
+struct Matrices {
+  std::vector<std::vector<uint8_t>> raw;
+  std::vector<PackedWeight> packed;
+  uint64_t bytes_each = 0;
+};
+
+Matrices make_matrices(DType t, const Shape& s, uint64_t min_total) {
+  Matrices m;
+  Rng rng(42);
+  m.raw.push_back(testing::random_rows(rng, t, s.rows, s.cols));
+  m.bytes_each = m.raw[0].size();
+  const uint64_t copies = std::max<uint64_t>(1, (min_total + m.bytes_each - 1) / m.bytes_each);
+  for (uint64_t i = 1; i < copies; ++i) m.raw.push_back(m.raw[0]);
+  for (auto& r : m.raw) m.packed.push_back(pack({r.data(), t, s.cols, s.rows}, pool_of(2)));
+  return m;
+}
+
+void bm_matvec(benchmark::State& st, DType t, Isa isa, Shape s, int threads, bool packed) {
+  const Matrices m = make_matrices(t, s, uint64_t(160) << 20);
+  Rng rng(7);
+  const auto x = testing::random_floats(rng, s.cols);
+  std::vector<float> y(size_t(s.rows));
+  size_t i = 0;
+  for (auto _ : st) {
+    const PackedWeight& w = m.packed[i];
+    if (packed)
+      matmul_isa(isa, w.view(), w.panels(), w.panel_bytes(), x.data(), s.cols, 1, y.data(), s.rows,
+                 pool_of(threads));
+    else
+      matmul_isa(isa, w.view(), nullptr, 0, x.data(), s.cols, 1, y.data(), s.rows, pool_of(threads));
+    benchmark::DoNotOptimize(y.data());
+    if (++i == m.packed.size()) i = 0;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(m.bytes_each));
+}
+
+// The roofline: a plain read of 160 MiB (summing 64-bit words), split across the threads
+// as matvec splits its rows. Run next to matvec, it shows what fraction of the bandwidth
+// the machine gives right now the kernels reach.
+void bm_read(benchmark::State& st, int threads) {
+  const size_t n = size_t(160) << 20;
+  std::vector<uint64_t> buf(n / 8, 1);
+  ThreadPool* pool = pool_of(threads);
+  std::vector<uint64_t> sums(2);
+  for (auto _ : st) {
+    pool->parallel_for(int64_t(buf.size()), 1 << 16, [&](int64_t b, int64_t e, int ti) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t i = b; i + 4 <= e; i += 4) {
+        s0 += buf[size_t(i)];
+        s1 += buf[size_t(i + 1)];
+        s2 += buf[size_t(i + 2)];
+        s3 += buf[size_t(i + 3)];
+      }
+      sums[size_t(ti)] = s0 + s1 + s2 + s3;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(n));
+}
+
+void bm_matmul(benchmark::State& st, DType t, Isa isa, Shape s, int n_tok, int threads) {
+  Rng rng(42);
+  const auto raw = testing::random_rows(rng, t, s.rows, s.cols);
+  const PackedWeight w = pack({raw.data(), t, s.cols, s.rows}, pool_of(2));
+  const auto x = testing::random_floats(rng, s.cols * n_tok);
+  std::vector<float> y(size_t(s.rows * n_tok));
+  for (auto _ : st) {
+    matmul_isa(isa, w.view(), w.panels(), w.panel_bytes(), x.data(), s.cols, n_tok, y.data(), s.rows,
+               pool_of(threads));
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["flops"] = benchmark::Counter(2.0 * double(s.rows) * double(s.cols) * n_tok,
+                                            benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tok/s"] = benchmark::Counter(n_tok, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  for (int threads : {1, 2})
+    benchmark::RegisterBenchmark(("roofline/read/t" + std::to_string(threads)).c_str(), bm_read, threads)
+        ->UseRealTime();
+  for (DType t : testing::kWeightTypes) {
+    for (Isa isa : testing::isas_here()) {
+      for (const Shape& s : kShapes) {
+        if (s.cols % traits(t).block_size != 0) continue;  // K-quants need 256 | cols
+        const uint64_t bytes = uint64_t(row_bytes(t, s.cols)) * uint64_t(s.rows);
+        if (bytes > (uint64_t(400) << 20)) continue;  // F32 output projection: too big here
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("matvec/") + dtype_name(t) + "/" + isa_name(isa) + "/" +
+                                   s.name + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm_matvec, t, isa, s, threads, true)->UseRealTime();
+          if (threads == 2 && isa == best_isa() && s.rows == 896)
+            benchmark::RegisterBenchmark((name + "/unpacked").c_str(), bm_matvec, t, isa, s, threads, false)
+                ->UseRealTime();
+        }
+      }
+    }
+  }
+  for (DType t : testing::kWeightTypes) {
+    for (Isa isa : testing::isas_here()) {
+      if (isa == Isa::kScalar) continue;
+      for (const Shape& s : {kShapes[1], kShapes[3]}) {
+        for (int n_tok : {16, 128, 512}) {
+          for (int threads : {1, 2}) {
+            const std::string name = std::string("matmul/") + dtype_name(t) + "/" + isa_name(isa) + "/" +
+                                     s.name + "/n" + std::to_string(n_tok) + "/t" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), bm_matmul, t, isa, s, n_tok, threads)->UseRealTime();
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ts::kernels
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  ts::kernels::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,153 @@
+// matvec / matmul drivers: activation conversion once per call, rows split by 16-row
+// panels across threads, quantized weights packed on the fly unless pre-packed.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "act.h"
+#include "core/check.h"
+#include "matmul_internal.h"
+#include "kernels/traits.h"
+#include "panel.h"
+
+namespace ts::kernels {
+namespace {
+
+int64_t n_panels(int64_t n_rows) { return (n_rows + kPanelRows - 1) / kPanelRows; }
+
+void check_view(const WeightView& w) {
+  TS_CHECK(w.data != nullptr || w.n_rows == 0);
+  TS_CHECK_MSG(is_supported(w.type), dtype_name(w.type));
+  TS_CHECK(w.n_cols % traits(w.type).block_size == 0);
+}
+
+// A scratch panel per thread for packing a WeightView on the fly.
+uint8_t* scratch_panel(int64_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < size_t(bytes) + 64) buf.resize(size_t(bytes) + 64);
+  uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - (p & 63)) & 63);
+}
+
+// Y for all tokens of `act` and every row of w; `packed` may be null (pack on the fly).
+void run(const TypeTraits& tr, const WeightView& w, const uint8_t* packed, int64_t packed_panel_bytes,
+         const Act& act, float* y, int64_t y_stride, ThreadPool* pool) {
+  const int64_t rb = row_bytes(w.type, w.n_cols);
+  const bool in_place = !is_panel_type(w.type);
+  const int64_t pb = in_place ? 0 : panel_bytes(w.type, w.n_cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  auto work = [&](int64_t p0, int64_t p1, int) {
+    uint8_t* scratch = (in_place || packed) ? nullptr : scratch_panel(pb);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int rows = int(std::min<int64_t>(kPanelRows, w.n_rows - p * kPanelRows));
+      const uint8_t* panel;
+      if (in_place) {
+        panel = data + p * kPanelRows * rb;
+      } else if (packed) {
+        panel = packed + p * packed_panel_bytes;
+      } else {
+        pack_panel(w.type, data + p * kPanelRows * rb, rb, rows, w.n_cols, scratch);
+        panel = scratch;
+      }
+      tr.gemm(panel, rb, rows, act, 0, act.n_tok, y + p * kPanelRows, y_stride);
+    }
+  };
+  const int64_t np = n_panels(w.n_rows);
+  if (pool && pool->n_threads() > 1 && np > 1) {
+    pool->parallel_for(np, 1, work);
+  } else {
+    work(0, np, 0);
+  }
+}
+
+ActBuffer& act_buffer() {
+  thread_local ActBuffer b;
+  return b;
+}
+
+void matmul_impl(const WeightView& w, const uint8_t* packed, int64_t packed_panel_bytes, const float* x,
+                 int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride, ThreadPool* pool) {
+  matmul_isa(best_isa(), w, packed, packed_panel_bytes, x, x_stride, n_tok, y, y_stride, pool);
+}
+
+}  // namespace
+
+void matmul_isa(Isa isa, const WeightView& w, const uint8_t* packed, int64_t packed_panel_bytes,
+                const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
+                ThreadPool* pool) {
+  check_view(w);
+  TS_CHECK_MSG(traits(w.type).gemm != nullptr, "not a weight type (Q8_1 and Q8_K are activation types)");
+  TS_CHECK(n_tok >= 0 && n_tok <= (1 << 30));
+  if (n_tok == 0 || w.n_rows == 0) return;
+  const Act& act = act_buffer().prepare(w.type, x, x_stride, w.n_cols, int(n_tok), pool);
+  run(traits_for(w.type, isa), w, packed, packed_panel_bytes, act, y, y_stride, pool);
+}
+
+void matvec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
+  matmul_impl(w, nullptr, 0, x, w.n_cols, 1, y, w.n_rows, pool);
+}
+
+void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
+            ThreadPool* pool) {
+  matmul_impl(w, nullptr, 0, x, x_stride, n_tok, y, y_stride, pool);
+}
+
+void matvec(const PackedWeight& w, const float* x, float* y, ThreadPool* pool) {
+  matmul_impl(w.view(), w.panels(), w.panel_bytes(), x, w.view().n_cols, 1, y, w.view().n_rows, pool);
+}
+
+void matmul(const PackedWeight& w, const float* x, int64_t x_stride, int64_t n_tok, float* y,
+            int64_t y_stride, ThreadPool* pool) {
+  matmul_impl(w.view(), w.panels(), w.panel_bytes(), x, x_stride, n_tok, y, y_stride, pool);
+}
+
+void dequantize_rows(const WeightView& w, int64_t first, int64_t n, float* out) {
+  check_view(w);
+  TS_CHECK(first >= 0 && n >= 0 && first + n <= w.n_rows);
+  const TypeTraits& tr = traits(w.type);
+  const int64_t rb = row_bytes(w.type, w.n_cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < n; ++r) tr.to_float(data + (first + r) * rb, out + r * w.n_cols, w.n_cols);
+}
+
+void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
+
+PackedWeight PackedWeight::pack(const WeightView& w, ThreadPool* pool) {
+  check_view(w);
+  PackedWeight out;
+  out.view_ = w;
+  if (!is_panel_type(w.type) || w.n_rows == 0) return out;
+  const int64_t pb = kernels::panel_bytes(w.type, w.n_cols);
+  const int64_t np = n_panels(w.n_rows);
+  const size_t total = (size_t(pb * np) + 63) & ~size_t(63);
+  out.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(total, 64))));
+  TS_CHECK(out.data_ != nullptr);
+  out.panel_bytes_ = pb;
+  const int64_t rb = row_bytes(w.type, w.n_cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  uint8_t* dst = out.data_.get();
+  auto work = [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int rows = int(std::min<int64_t>(kPanelRows, w.n_rows - p * kPanelRows));
+      pack_panel(w.type, data + p * kPanelRows * rb, rb, rows, w.n_cols, dst + p * pb);
+    }
+  };
+  if (pool && pool->n_threads() > 1) {
+    pool->parallel_for(np, 1, work);
+  } else {
+    work(0, np, 0);
+  }
+  return out;
+}
+
+PackedWeight pack(const WeightView& w, ThreadPool* pool) { return PackedWeight::pack(w, pool); }
+
+uint64_t PackedWeight::bytes_read() const {
+  if (data_) return uint64_t(panel_bytes_) * uint64_t(n_panels(view_.n_rows));
+  return uint64_t(row_bytes(view_.type, view_.n_cols)) * uint64_t(view_.n_rows);
+}
+
+}  // namespace ts::kernels

@@ -1,0 +1,176 @@
+// matvec / matmul invariants: every output equals the per-row vec_dot bit for bit, for any
+// number of tokens, rows, threads, ISA path, and packed or unpacked weights.
+#include "kernels/matmul.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "act.h"
+#include "panel.h"
+#include "test_util.h"
+
+namespace ts::kernels {
+namespace {
+
+using testing::bits;
+using testing::convert_act;
+using testing::isas_here;
+using testing::kWeightTypes;
+using testing::random_floats;
+using testing::random_rows;
+
+struct Problem {
+  DType t;
+  int64_t n_rows, n_cols, n_tok;
+  std::vector<uint8_t> w;
+  std::vector<float> x;     // n_tok x n_cols
+  std::vector<float> want;  // n_tok x n_rows, from vec_dot
+
+  Problem(Rng& rng, DType type, int64_t rows, int64_t cols, int64_t tok)
+      : t(type), n_rows(rows), n_cols(cols), n_tok(tok) {
+    w = random_rows(rng, t, rows, cols);
+    x = random_floats(rng, tok * cols);
+    want.resize(size_t(tok * rows));
+    const int64_t rb = row_bytes(t, cols);
+    for (int64_t k = 0; k < tok; ++k) {
+      const auto xa = convert_act(t, x.data() + k * cols, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        want[size_t(k * rows + r)] = traits(t).vec_dot(cols, w.data() + r * rb, xa.data());
+    }
+  }
+  WeightView view() const { return {w.data(), t, n_cols, n_rows}; }
+  std::string label() const {
+    return std::string(dtype_name(t)) + " rows=" + std::to_string(n_rows) +
+           " cols=" + std::to_string(n_cols) + " tok=" + std::to_string(n_tok);
+  }
+};
+
+void expect_same(const Problem& p, const std::vector<float>& got, int64_t y_stride, const std::string& what) {
+  for (int64_t k = 0; k < p.n_tok; ++k) {
+    for (int64_t r = 0; r < p.n_rows; ++r) {
+      const float g = got[size_t(k * y_stride + r)], w = p.want[size_t(k * p.n_rows + r)];
+      ASSERT_EQ(bits(g), bits(w)) << what << " " << p.label() << " tok " << k << " row " << r << ": " << g
+                                  << " vs " << w;
+    }
+  }
+}
+
+int64_t cols_for(DType t, int blocks) {
+  return traits(t).block_size == 1 ? 16 * blocks + 5 : traits(t).block_size * blocks;
+}
+
+TEST(Matmul, MatvecEqualsVecDot) {
+  Rng rng(10);
+  ThreadPool pool(2);
+  for (DType t : kWeightTypes) {
+    for (int64_t rows : {1, 15, 16, 17, 50}) {
+      Problem p(rng, t, rows, cols_for(t, 7), 1);
+      std::vector<float> y(size_t(rows), -1.0f);
+      matvec(p.view(), p.x.data(), y.data(), &pool);
+      expect_same(p, y, rows, "matvec");
+      const PackedWeight pw = pack(p.view());
+      std::fill(y.begin(), y.end(), -1.0f);
+      matvec(pw, p.x.data(), y.data(), nullptr);
+      expect_same(p, y, rows, "matvec packed");
+    }
+  }
+}
+
+TEST(Matmul, BatchedEqualsSoloForEveryThreadCount) {
+  Rng rng(11);
+  for (DType t : kWeightTypes) {
+    for (int64_t n_tok : {1, 2, 3, 5, 8, 17, 33}) {
+      const int64_t rows = n_tok % 2 ? 37 : 18;
+      Problem p(rng, t, rows, cols_for(t, n_tok % 3 == 0 ? 3 : 1), n_tok);
+      const PackedWeight pw = pack(p.view());
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        const int64_t y_stride = rows + 3;
+        std::vector<float> y(size_t(n_tok * y_stride), -1.0f);
+        matmul(p.view(), p.x.data(), p.n_cols, n_tok, y.data(), y_stride, &pool);
+        expect_same(p, y, y_stride, "matmul threads=" + std::to_string(threads));
+        std::fill(y.begin(), y.end(), -1.0f);
+        matmul(pw, p.x.data(), p.n_cols, n_tok, y.data(), y_stride, &pool);
+        expect_same(p, y, y_stride, "matmul packed threads=" + std::to_string(threads));
+      }
+    }
+  }
+}
+
+// The invariant the engine relies on ("batched greedy == solo greedy"), stated directly.
+TEST(Matmul, MatmulOfNTokensEqualsNMatvecs) {
+  Rng rng(15);
+  ThreadPool pool(2);
+  for (DType t : kWeightTypes) {
+    const int64_t n_tok = 11, rows = 45, cols = cols_for(t, 5);
+    const auto w = random_rows(rng, t, rows, cols);
+    const auto x = random_floats(rng, n_tok * cols);
+    const WeightView v{w.data(), t, cols, rows};
+    const PackedWeight pw = pack(v);
+    std::vector<float> batched(static_cast<size_t>(n_tok * rows)), solo(static_cast<size_t>(rows));
+    matmul(pw, x.data(), cols, n_tok, batched.data(), rows, &pool);
+    for (int64_t k = 0; k < n_tok; ++k) {
+      matvec(v, x.data() + k * cols, solo.data(), nullptr);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(bits(batched[size_t(k * rows + r)]), bits(solo[size_t(r)])) << dtype_name(t) << " tok " << k;
+    }
+  }
+}
+
+// The panel kernel of every ISA path, not only the best one.
+TEST(Matmul, EveryIsaPanelKernelEqualsVecDot) {
+  Rng rng(12);
+  for (DType t : kWeightTypes) {
+    for (int64_t n_tok : {1, 3, 8, 13}) {
+      Problem p(rng, t, 21, cols_for(t, 13), n_tok);
+      ActBuffer ab;
+      const Act& act = ab.prepare(t, p.x.data(), p.n_cols, p.n_cols, int(n_tok), nullptr);
+      const int64_t rb = row_bytes(t, p.n_cols);
+      for (Isa isa : isas_here()) {
+        std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
+        std::vector<uint8_t> panel(size_t(std::max<int64_t>(panel_bytes(t, p.n_cols), 1)));
+        for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
+          const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
+          const uint8_t* src = p.w.data() + r0 * rb;
+          if (is_panel_type(t)) {
+            pack_panel(t, src, rb, rows, p.n_cols, panel.data());
+            src = panel.data();
+          }
+          // Tokens in two calls, to check that t0 > 0 works.
+          const int split = int(n_tok / 2);
+          traits_for(t, isa).gemm(src, rb, rows, act, 0, split, y.data() + r0, p.n_rows);
+          traits_for(t, isa).gemm(src, rb, rows, act, split, int(n_tok) - split, y.data() + r0, p.n_rows);
+        }
+        expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa));
+      }
+    }
+  }
+}
+
+TEST(Matmul, DequantizeRowsMatchesReference) {
+  Rng rng(13);
+  for (DType t : kWeightTypes) {
+    const int64_t cols = cols_for(t, 3), rows = 9;
+    const auto w = random_rows(rng, t, rows, cols);
+    std::vector<float> got(size_t(4 * cols)), want(size_t(4 * cols));
+    dequantize_rows({w.data(), t, cols, rows}, 5, 4, got.data());
+    ref::to_float(t, w.data() + 5 * row_bytes(t, cols), want.data(), 4 * cols);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i])) << dtype_name(t);
+  }
+}
+
+TEST(Matmul, PackedWeightReportsBytes) {
+  Rng rng(14);
+  const auto w = random_rows(rng, DType::Q8_0, 33, 64);
+  const PackedWeight pw = pack({w.data(), DType::Q8_0, 64, 33});
+  EXPECT_EQ(pw.bytes_read(), uint64_t(3 * 2 * 544));  // 3 panels x 2 blocks
+  const auto f = random_rows(rng, DType::F16, 5, 8);
+  const PackedWeight pf = pack({f.data(), DType::F16, 8, 5});
+  EXPECT_EQ(pf.panels(), nullptr);
+  EXPECT_EQ(pf.bytes_read(), uint64_t(5 * 16));
+}
+
+}  // namespace
+}  // namespace ts::kernels
