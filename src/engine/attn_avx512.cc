@@ -166,7 +166,166 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
   }
 }
 
+// Applies the softmax factors of keys [0, ci) of a chunk to G accumulators at once, the
+// G chains interleaved (each chain is serial: FMA, round to F16, next key). v[g][j] points
+// at the F16 value row of key j for query g.
+template <int D, int G>
+inline void accumulate(float* const* acc, const uint16_t* const (*v)[kChunk], const bool (*moved)[kChunk],
+                       const float (*ms)[kChunk], const float (*vsc)[kChunk], int ci) {
+  constexpr int NV = D / 16;
+  __m512 a[G][NV];
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 16
+    for (int r = 0; r < NV; ++r) a[g][r] = _mm512_load_ps(acc[g] + 16 * r);
+  for (int j = 0; j < ci; ++j) {
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
+      if (moved[g][j]) {
+        const __m512 vm = _mm512_set1_ps(ms[g][j]);
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r) a[g][r] = round_h(_mm512_mul_ps(a[g][r], vm));
+      }
+      const __m512 vv = _mm512_set1_ps(vsc[g][j]);
+#pragma GCC unroll 16
+      for (int r = 0; r < NV; ++r) a[g][r] = round_h(_mm512_fmadd_ps(load_h16(v[g][j] + 16 * r), vv, a[g][r]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 16
+    for (int r = 0; r < NV; ++r) _mm512_store_ps(acc[g] + 16 * r, a[g][r]);
+}
+
+// attention_seq: per query the float operations of group<D> in the same order. Keys go in
+// chunks of 16; per key the cell's heads are visited in query order (contiguous reads),
+// then every query's softmax factors, then the accumulator chains, G at a time.
+template <int D>
+void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale) {
+  constexpr int NV = D / 16;
+  constexpr int G = NV <= 4 ? 4 : NV <= 8 ? 2 : 1;  // chains interleaved (G * NV <= 16 registers)
+  alignas(64) float qf[kMaxSeqQueries][D];
+  alignas(64) float acc[kMaxSeqQueries][D];  // F16-representable values
+  float s[kMaxSeqQueries][kChunk];
+  float ms[kMaxSeqQueries][kChunk], vsc[kMaxSeqQueries][kChunk];
+  bool moved[kMaxSeqQueries][kChunk];
+  const uint16_t* vrow[kMaxSeqQueries][kChunk];
+  float m[kMaxSeqQueries], s_sum[kMaxSeqQueries];
+  int ci[kMaxSeqQueries];
+  int64_t max_kv = 0;
+  int h_lo = qs[0].kv_head, h_hi = qs[0].kv_head;
+  for (int i = 0; i < n_q; ++i) {
+    for (int r = 0; r < NV; ++r) _mm512_store_ps(qf[i] + 16 * r, round_h(_mm512_loadu_ps(qs[i].q + 16 * r)));
+    std::memset(acc[i], 0, sizeof(acc[i]));
+    m[i] = -std::numeric_limits<float>::infinity();
+    s_sum[i] = 0.0f;
+    max_kv = std::max(max_kv, qs[i].n_kv);
+    h_lo = std::min(h_lo, qs[i].kv_head);
+    h_hi = std::max(h_hi, qs[i].kv_head);
+  }
+  const int64_t ks = kv.k_cell_stride(), vs = kv.v_cell_stride();
+  const uint16_t* k_base = kv.k(layer, 0);
+  const uint16_t* v_base = kv.v(layer, 0);
+  const int span_bytes = (h_hi - h_lo + 1) * D * 2;  // bytes of the heads used, per cell
+  auto cells_of = [&](int64_t p, int n, int64_t* cells) {
+    int64_t b = p / seq.block_size, o = p % seq.block_size;
+    for (int j = 0; j < n; ++j) {
+      cells[j] = int64_t(seq.blocks[size_t(b)]) * seq.block_size + o;
+      if (++o == seq.block_size) {
+        o = 0;
+        ++b;
+      }
+    }
+  };
+  int64_t cur[kChunk], next[kChunk];
+  cells_of(0, int(std::min<int64_t>(kChunk, max_kv)), cur);
+  for (int64_t p0 = 0; p0 < max_kv; p0 += kChunk) {
+    const int c = int(std::min<int64_t>(kChunk, max_kv - p0));
+    const int c_next = int(std::clamp<int64_t>(max_kv - p0 - kChunk, 0, kChunk));
+    cells_of(p0 + kChunk, c_next, next);
+    for (int j = 0; j < c_next; ++j) {
+      const char* kr = reinterpret_cast<const char*>(k_base + next[j] * ks + int64_t(h_lo) * D);
+      const char* vr = reinterpret_cast<const char*>(v_base + next[j] * vs + int64_t(h_lo) * D);
+      for (int off = 0; off < span_bytes; off += 64) {
+        _mm_prefetch(kr + off, _MM_HINT_T0);
+        _mm_prefetch(vr + off, _MM_HINT_T0);
+      }
+    }
+    for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(qs[i].n_kv - p0, 0, c));
+    // Scores; K of a head is converted once for the run of queries of that head.
+    for (int j = 0; j < c; ++j) {
+      const uint16_t* kcell = k_base + cur[j] * ks;
+      const uint16_t* vcell = v_base + cur[j] * vs;
+      __m512 kreg[NV];
+      int loaded = -1;
+      for (int i = 0; i < n_q; ++i) {
+        const int h = qs[i].kv_head;
+        vrow[i][j] = vcell + int64_t(h) * D;
+        if (j >= ci[i]) continue;
+        if (h != loaded) {
+#pragma GCC unroll 16
+          for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kcell + int64_t(h) * D + 16 * r);
+          loaded = h;
+        }
+        s[i][j] = float(double(dot<D>(kreg, qf[i]))) * scale;
+      }
+    }
+    // Softmax factors (as group<D>).
+    for (int i = 0; i < n_q; ++i) {
+      float mi = m[i], sum = s_sum[i];
+      for (int j = 0; j < ci[i]; ++j) {
+        const float sj = s[i][j];
+        ms[i][j] = 1.0f;
+        vsc[i][j] = 1.0f;
+        moved[i][j] = sj > mi;
+        if (moved[i][j]) {
+          ms[i][j] = std::exp(mi - sj);
+          mi = sj;
+        } else {
+          vsc[i][j] = std::exp(sj - mi);
+        }
+        sum = sum * ms[i][j] + vsc[i][j];
+      }
+      m[i] = mi;
+      s_sum[i] = sum;
+    }
+    // Accumulator chains: G queries with the same key count together, the rest one by one.
+    for (int i = 0; i < n_q;) {
+      bool same = i + G <= n_q;
+      for (int g = 1; same && g < G; ++g) same = ci[i + g] == ci[i];
+      if (same) {
+        float* a[G];
+        for (int g = 0; g < G; ++g) a[g] = acc[i + g];
+        accumulate<D, G>(a, vrow + i, moved + i, ms + i, vsc + i, ci[i]);
+        i += G;
+      } else {
+        float* a = acc[i];
+        accumulate<D, 1>(&a, vrow + i, moved + i, ms + i, vsc + i, ci[i]);
+        ++i;
+      }
+    }
+    std::copy(next, next + c_next, cur);
+  }
+  for (int i = 0; i < n_q; ++i) {
+    const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(qs[i].out + 16 * r, _mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vinv));
+  }
+}
+
 }  // namespace
+
+bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                          float scale) {
+  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
+  if (dk != dv || n_q < 1 || n_q > kMaxSeqQueries) return false;
+  switch (dk) {
+    case 64: seq_heads<64>(qs, n_q, kv, layer, seq, scale); return true;
+    case 128: seq_heads<128>(qs, n_q, kv, layer, seq, scale); return true;
+    case 256: seq_heads<256>(qs, n_q, kv, layer, seq, scale); return true;
+    default: return false;
+  }
+}
 
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                             int kv_head, const KvSeqView& seq, float scale, float* const* out) {

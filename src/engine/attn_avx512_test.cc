@@ -68,6 +68,56 @@ TEST(AttentionAvx512, BitIdenticalToAvx2) {
       }
 }
 
+// attention_seq (all heads of a cell per key, chains interleaved) against attention_group
+// per kv head, bit for bit, in both numerics: decode-like (every head, one length) and
+// prompt-like (one head, many lengths) query sets, GQA groups of 1 and 4.
+TEST(AttentionSeq, BitIdenticalToGroups) {
+  Rng rng(23);
+  for (int dim : {40, 64, 128, 256})
+    for (int bs : {16, 3}) {
+      const int n_pos = 70, n_head_kv = 6;
+      const int64_t n_blocks = (n_pos + bs - 1) / bs + 2;
+      auto kv = std::move(KvCache::create({2, n_head_kv, dim, dim}, n_blocks, bs)).value();
+      std::vector<int32_t> blocks;
+      for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t(n_blocks - 1 - b));
+      const KvSeqView view{blocks, bs};
+      std::vector<float> row(size_t(dim) * n_head_kv);
+      for (int p = 0; p < n_pos; ++p) {
+        for (auto& x : row) x = rng.normal();
+        ops::to_f16(row.data(), kv->k(1, view.cell(p)), int64_t(row.size()));
+        for (auto& x : row) x = rng.normal();
+        ops::to_f16(row.data(), kv->v(1, view.cell(p)), int64_t(row.size()));
+      }
+      for (int group : {1, 4})
+        for (bool decode : {true, false})
+          for (auto numerics : {ops::AttnNumerics::kFlashF16, ops::AttnNumerics::kSoftmaxF16}) {
+            std::vector<ops::AttnQuery> qs;
+            std::vector<std::vector<float>> q, a, b;
+            const int n_q = decode ? std::min(ops::kMaxSeqQueries, n_head_kv * group) : ops::kMaxGroupQueries;
+            for (int i = 0; i < n_q; ++i) {
+              q.emplace_back(size_t(dim));
+              for (auto& x : q.back()) x = 2.0f * rng.normal();
+              a.emplace_back(size_t(dim));
+              b.emplace_back(size_t(dim));
+            }
+            for (int i = 0; i < n_q; ++i)
+              qs.push_back({q[size_t(i)].data(), a[size_t(i)].data(), decode ? n_pos : 1 + (i * 13 + 2) % n_pos,
+                            int32_t(decode ? i / group : 2)});
+            std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(kv->shape())));
+            const float scale = 1.0f / std::sqrt(float(dim));
+            ops::attention_seq(qs.data(), n_q, *kv, 1, view, scale, scratch.data(), numerics);
+            for (int i = 0; i < n_q; ++i) {
+              const float* qp = q[size_t(i)].data();
+              float* bp = b[size_t(i)].data();
+              ops::attention_group(&qp, &qs[size_t(i)].n_kv, 1, *kv, 1, qs[size_t(i)].kv_head, view, scale, &bp,
+                                   scratch.data(), numerics);
+              ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), bp, size_t(dim) * sizeof(float)))
+                  << "dim " << dim << " block " << bs << " group " << group << " decode " << decode << " query " << i;
+            }
+          }
+    }
+}
+
 TEST(AttentionAvx512, DeclinesOtherHeadSizes) {
   if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto kv = std::move(KvCache::create({1, 1, 40, 40}, 2, 16)).value();

@@ -161,6 +161,28 @@ void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const 
   for (int i = 0; i < n_q; ++i) attention_head_scalar(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
 }
 
+void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+                   uint16_t* scratch, AttnNumerics numerics) {
+  TS_CHECK(n_q >= 0 && n_q <= kMaxSeqQueries);
+  if (n_q == 0) return;
+  if (numerics == AttnNumerics::kFlashF16 && use_avx512() && detail::attention_seq_avx512(qs, n_q, kv, layer, seq, scale))
+    return;
+  // Runs of one kv head, as attention_group calls.
+  for (int i = 0; i < n_q;) {
+    const float* q[kMaxGroupQueries];
+    float* out[kMaxGroupQueries];
+    int64_t n_kv[kMaxGroupQueries];
+    int n = 0;
+    const int32_t h = qs[i].kv_head;
+    for (; i < n_q && n < kMaxGroupQueries && qs[i].kv_head == h; ++i, ++n) {
+      q[n] = qs[i].q;
+      out[n] = qs[i].out;
+      n_kv[n] = qs[i].n_kv;
+    }
+    attention_group(q, n_kv, n, kv, layer, h, seq, scale, out, scratch, numerics);
+  }
+}
+
 void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
                         const KvSeqView& seq, int64_t n_kv, float scale, float* out) {
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/kv_cache.h"
+#include "engine/ops.h"
 
 namespace ts::engine::ops::detail {
 
@@ -27,5 +28,9 @@ void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 // head sizes 64, 128 and 256 (head_dim_k == head_dim_v); false (nothing done) otherwise.
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                             int kv_head, const KvSeqView& seq, float scale, float* const* out);
+
+// AVX-512 attention_seq in the flash numerics (attn_avx512.cc), same head sizes as above.
+bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                          float scale);
 
 }  // namespace ts::engine::ops::detail

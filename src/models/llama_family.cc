@@ -174,7 +174,7 @@ struct LlamaWorkspace final : engine::Workspace {
   std::vector<float> cs;      // [T, n_rot] rope cos/sin
   std::vector<int32_t> rows;  // compacted row -> token index (last layer)
   struct Unit {
-    int32_t row_begin, row_end, kv_head;
+    int32_t row_begin, row_end, kv_head_begin, kv_head_end;
   };
   std::vector<Unit> units;             // attention work, rebuilt per layer (capacity reserved)
   std::vector<uint16_t> attn_scratch;  // per thread
@@ -286,45 +286,62 @@ void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
       n = n_out;
     }
 
-    // Attention: one unit per (token, head), dealt round-robin so that long and short
-    // rows of a prompt spread evenly over the threads.
+    // Attention work units: (rows of one sequence, range of kv heads), each one
+    // ops::attention_seq call over the rows' query heads of those kv heads.
+    // - Long runs of rows (prompts): kMaxGroupQueries queries of one kv head per unit, so
+    //   that a head's K/V slice is read once for many rows.
+    // - Short runs (decode): all kv heads of the rows in one unit (contiguous cell reads,
+    //   interleaved accumulator chains), split only to give every thread work.
     {
-      // Units of work: (run of up to `rows_per_unit` rows of one sequence, kv head); each
-      // runs the rows' query heads of that kv group together so K/V rows are read once.
       const int64_t group = n_head / n_head_kv;
       const int64_t rows_per_unit = std::max<int64_t>(1, engine::ops::kMaxGroupQueries / group);
-      ws.units.clear();
-      int64_t kv_bytes = 0;
+      auto seq_of = [&](int64_t i) { return batch.seq[size_t(ws.rows[size_t(i)])]; };
+      auto pos_of = [&](int64_t i) { return int64_t(batch.positions[size_t(ws.rows[size_t(i)])]); };
+      int64_t kv_bytes = 0, n_short = 0;
       for (int64_t i = 0; i < n;) {
-        const int32_t sq = batch.seq[size_t(ws.rows[size_t(i)])];
         int64_t e = i + 1;
-        while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq) ++e;
-        for (int64_t g = 0; g < n_head_kv; ++g) ws.units.push_back({int32_t(i), int32_t(e), int32_t(g)});
-        kv_bytes += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1;
+        while (e < n && seq_of(e) == seq_of(i)) ++e;
+        if (e - i < rows_per_unit) {
+          kv_bytes += pos_of(e - 1) + 1;
+          ++n_short;
+        } else {
+          for (int64_t b = i; b < e; b += rows_per_unit) kv_bytes += pos_of(std::min(e, b + rows_per_unit) - 1) + 1;
+        }
         i = e;
       }
       kv_bytes *= n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
+      const int64_t nth = kv_bytes < engine::kMinParallelBytes ? 1 : pool.n_threads();
+      const int64_t pieces = std::clamp<int64_t>(n_short > 0 ? (nth + n_short - 1) / n_short : 1, 1, n_head_kv);
+      ws.units.clear();
+      for (int64_t i = 0; i < n;) {
+        int64_t e = i + 1;
+        while (e < n && seq_of(e) == seq_of(i)) ++e;
+        if (e - i < rows_per_unit) {
+          const int64_t cap = std::max<int64_t>(1, engine::ops::kMaxSeqQueries / ((e - i) * group));
+          const int64_t per = std::min(cap, (n_head_kv + pieces - 1) / pieces);
+          for (int64_t g = 0; g < n_head_kv; g += per)
+            ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), int32_t(std::min(n_head_kv, g + per))});
+        } else {
+          for (int64_t b = i; b < e; b += rows_per_unit)
+            for (int64_t g = 0; g < n_head_kv; ++g)
+              ws.units.push_back({int32_t(b), int32_t(std::min(e, b + rows_per_unit)), int32_t(g), int32_t(g + 1)});
+        }
+        i = e;
+      }
       const int64_t n_units = int64_t(ws.units.size());
-      engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
+      engine::run_sized(pool, kv_bytes, [&](int ith, int nth_run) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
-        const float* qs[engine::ops::kMaxGroupQueries];
-        float* outs[engine::ops::kMaxGroupQueries];
-        int64_t n_kv[engine::ops::kMaxGroupQueries];
-        for (int64_t u = ith; u < n_units; u += nth) {
+        engine::ops::AttnQuery qs[engine::ops::kMaxSeqQueries];
+        for (int64_t u = ith; u < n_units; u += nth_run) {
           const LlamaWorkspace::Unit& un = ws.units[size_t(u)];
           int n_q = 0;
-          for (int64_t i = un.row_begin; i < un.row_end; ++i) {
-            const int64_t tok = ws.rows[size_t(i)];
-            for (int64_t h = un.kv_head * group; h < (un.kv_head + 1) * group; ++h) {
-              qs[n_q] = ws.q.data() + i * nq + h * hd;
-              outs[n_q] = ws.attn.data() + i * nq + h * hd;
-              n_kv[n_q] = int64_t(batch.positions[size_t(tok)]) + 1;
-              ++n_q;
-            }
-          }
-          const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
-          engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, kq_scale, outs, scratch,
-                                       attn_numerics_);
+          for (int64_t g = un.kv_head_begin; g < un.kv_head_end; ++g)
+            for (int64_t i = un.row_begin; i < un.row_end; ++i)
+              for (int64_t h = g * group; h < (g + 1) * group; ++h)
+                qs[n_q++] = {ws.q.data() + i * nq + h * hd, ws.attn.data() + i * nq + h * hd, pos_of(i) + 1,
+                             int32_t(g)};
+          const engine::KvSeqView& sv = batch.seqs[size_t(seq_of(un.row_begin))];
+          engine::ops::attention_seq(qs, n_q, kv, l, sv, kq_scale, scratch, attn_numerics_);
         }
       });
     }

@@ -65,6 +65,25 @@ void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const 
                      int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
                      AttnNumerics numerics = AttnNumerics::kFlashF16);
 
+// One query of attention_seq.
+struct AttnQuery {
+  const float* q;       // head_dim_k floats
+  float* out;           // head_dim_v floats
+  int64_t n_kv;         // attends to positions [0, n_kv)
+  int32_t kv_head;
+};
+
+// Queries of one sequence over any kv heads (decode: every head of a token in one call),
+// each with exactly attention_head's result in `numerics`. Why it exists: a per-kv-head
+// walk reads 2 * head_dim bytes every n_head_kv * 2 * head_dim, which the prefetchers
+// follow poorly and which leaves one serial accumulator chain per walk; here each cell's
+// heads are read contiguously and the queries' chains overlap. Queries of one kv head
+// should be adjacent (K rows are converted once per run). At most kMaxSeqQueries;
+// `scratch` holds attention_group_scratch_halves halves.
+inline constexpr int kMaxSeqQueries = 32;
+void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+                   uint16_t* scratch, AttnNumerics numerics = AttnNumerics::kFlashF16);
+
 // Reference attention in double (tests): plain softmax(q.k * scale) v over the same F16
 // cache entries, without any F16 rounding of q or of the accumulator.
 void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
