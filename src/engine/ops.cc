@@ -221,6 +221,10 @@ void geglu_tanh(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = detail::gelu_tanh(g[i]) * u[i];
 }
 
+namespace detail {
+void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, float* y, int64_t n);  // gelu_avx2.cc
+}  // namespace detail
+
 namespace {
 
 // gelu(x) of every F16 value x, as float: entry h is f16(gelu(f16_to_f32(h))).
@@ -238,6 +242,10 @@ const float* gelu_f16_table() {
 
 void geglu_tanh_f16(const float* g, const float* u, float* y, int64_t n) {
   const float* table = gelu_f16_table();
+  if (use_avx2()) {
+    detail::geglu_tanh_f16_avx2(table, g, u, y, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const float x = g[i];
     if (x <= -10.0f) {

@@ -178,6 +178,8 @@ Status Gemma3::load(const gguf::File& f, const std::string& arch) {
 }
 
 void Gemma3::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
+  attn_numerics_ = opts.flash_attn_numerics ? engine::ops::AttnNumerics::kFlashF16
+                                            : engine::ops::AttnNumerics::kSoftmaxF16;
   if (!opts.pack_weights) return;
   for (Layer& L : layers_)
     for (engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->pack(&pool);
@@ -382,12 +384,14 @@ void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
             }
           }
           if (un.window_begin == 0) {
-            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch);
+            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch,
+                                          attn_numerics_);
           } else {
             const int64_t n_win = n_kv[0];
             for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(un.window_begin + p));
             const engine::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
-            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch);
+            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
+                                          attn_numerics_);
           }
         }
       });

@@ -67,6 +67,7 @@ class Gemma3 final : public engine::Architecture {
   float attn_scale_ = 1.0f;                   // applied to q after RoPE
   float softcap_ = 0.0f;                      // final logit soft-capping (0: off)
   int64_t n_swa_ = 0;                         // sliding window in positions (0: none)
+  engine::ops::AttnNumerics attn_numerics_ = engine::ops::AttnNumerics::kFlashF16;
   engine::ops::RopeConfig rope_global_, rope_local_;
   kernels::WeightView tok_embd_;              // [n_embd, n_vocab]
   engine::Matrix output_;                     // [n_embd -> n_vocab] (views tok_embd_ when tied)
