@@ -1,5 +1,7 @@
 #include "act.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/check.h"
@@ -40,25 +42,38 @@ Layout layout_for(DType vdt, int64_t n_cols) {
   return l;
 }
 
+// One 32-block of activations as llama.cpp's x86 build quantizes them: d = amax / 127,
+// q = round-half-to-even(x * (127 / amax)) (std::nearbyint in the default rounding mode).
+// The weight quantizer (quantize.cc) follows the portable reference instead: x * (1 / d),
+// rounded half away from zero. Returns sum(q); *d_out gets the unrounded d.
+int act_q8_block32(const float* x, int8_t* qs, float* d_out) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  *d_out = amax / 127.0f;
+  const float id = amax != 0 ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) {
+    const int q = int(std::nearbyint(x[j] * id));
+    qs[j] = int8_t(q);
+    sum += q;
+  }
+  return sum;
+}
+
 void scalar_q8_0(const float* x, int64_t n, int offset, int8_t* qs, float* d, int32_t* corr) {
-  BlockQ8_0 b;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    quantize_q8_0(x + i * kQK, &b, kQK);
-    std::memcpy(qs + i * kQK, b.qs, kQK);
-    d[i] = fp16_to_f32(b.d);
-    int sum = 0;
-    for (int j = 0; j < kQK; ++j) sum += b.qs[j];
-    corr[i] = -offset * sum;
+    float dfull;
+    corr[i] = -offset * act_q8_block32(x + i * kQK, qs + i * kQK, &dfull);
+    d[i] = fp16_to_f32(f32_to_fp16(dfull));
   }
 }
 
 void scalar_q8_1(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
-  BlockQ8_1 b;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    quantize_q8_1(x + i * kQK, &b, kQK);
-    std::memcpy(qs + i * kQK, b.qs, kQK);
-    d[i] = fp16_to_f32(b.d);
-    s[i] = fp16_to_f32(b.s);
+    float dfull;
+    const int sum = act_q8_block32(x + i * kQK, qs + i * kQK, &dfull);
+    d[i] = fp16_to_f32(f32_to_fp16(dfull));
+    s[i] = fp16_to_f32(f32_to_fp16(float(sum) * dfull));  // s uses the unrounded d
   }
 }
 

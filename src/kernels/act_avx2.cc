@@ -39,7 +39,8 @@ inline void store8(int8_t* dst, __m256i q) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packs_epi16(w, w));
 }
 
-// One 32-block as quantize_q8_0. Returns sum(q); *d_out gets the unrounded d.
+// One 32-block of activations as llama.cpp's x86 build quantizes them (see act_avx512.cc):
+// q = round-half-to-even(x * (127 / amax)). Returns sum(q); *d_out gets the unrounded d.
 inline int q8_block32(const float* x, int8_t* qs, float* d_out) {
   __m256 v[4];
   __m256 m = _mm256_setzero_ps();
@@ -49,12 +50,13 @@ inline int q8_block32(const float* x, int8_t* qs, float* d_out) {
   }
   const float amax = hmax(m);
   const float d = amax / 127.0f;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const float id = amax != 0 ? 127.0f / amax : 0.0f;
   *d_out = d;
   const __m256 vid = _mm256_set1_ps(id);
   __m256i sum = _mm256_setzero_si256();
   for (int k = 0; k < 4; ++k) {
-    const __m256i q = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[k], vid)));
+    const __m256i q = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     store8(qs + 8 * k, q);
     sum = _mm256_add_epi32(sum, q);
   }

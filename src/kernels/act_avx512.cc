@@ -20,17 +20,20 @@ inline __m512 round_half_away(__m512 y) {
   return _mm512_mask_add_ps(t, up, t, one);
 }
 
-// One 32-block as quantize_q8_0: d = amax / 127, q = roundf(x * (1 / d)). Returns sum(q);
-// *d_out gets d (not rounded to fp16).
+// One 32-block of activations as llama.cpp's x86 build quantizes them: d = amax / 127,
+// q = round-half-to-even(x * (127 / amax)). (Its portable reference, used for weights,
+// multiplies by 1 / d and rounds half away from zero; the two differ on rare values.)
+// Returns sum(q); *d_out gets d (not rounded to fp16).
 inline int q8_block32(const float* x, int8_t* qs, float* d_out) {
   const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
   const float d = amax / 127.0f;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const float id = amax != 0 ? 127.0f / amax : 0.0f;
   *d_out = d;
   const __m512 vid = _mm512_set1_ps(id);
-  const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid)));
-  const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid)));
+  constexpr int kEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, vid), kEven));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, vid), kEven));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
   return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

@@ -1,4 +1,5 @@
-// Activation converters: every ISA path produces the scalar (llama.cpp reference) bytes.
+// Activation converters: every ISA path produces the scalar bytes, which follow llama.cpp's
+// x86 activation quantizer (ties to even), not the weight quantizer (ties away from zero).
 #include "act.h"
 
 #include <cmath>
@@ -72,6 +73,30 @@ TEST(Act, EveryPathMatchesScalarBytes) {
         ASSERT_EQ(x0, x1);
       }
     }
+  }
+}
+
+TEST(Act, Q8ActivationsRoundTiesToEvenLikeLlamaCppOnX86) {
+  // amax = 127 makes the multiplier exactly 1, so x = k + 0.5 is an exact tie.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = 3.5f;
+  x[3] = -2.5f;
+  x[4] = -0.5f;
+  x[5] = 0.5f;
+  x[6] = 1.49f;
+  for (Isa isa : testing::isas_here()) {
+    const ActRowFns& f = act_row_fns(isa);
+    std::vector<int8_t> q(32);
+    std::vector<float> d(1), s(1);
+    std::vector<int32_t> c(1);
+    f.q8_0(x.data(), 32, 0, q.data(), d.data(), c.data());
+    EXPECT_EQ(std::vector<int>(q.begin(), q.begin() + 7), (std::vector<int>{127, 2, 4, -2, 0, 0, 1})) << isa_name(isa);
+    EXPECT_EQ(d[0], fp16_to_f32(f32_to_fp16(1.0f)));
+    f.q8_1(x.data(), 32, q.data(), d.data(), s.data());
+    EXPECT_EQ(std::vector<int>(q.begin(), q.begin() + 7), (std::vector<int>{127, 2, 4, -2, 0, 0, 1})) << isa_name(isa);
+    EXPECT_EQ(s[0], 132.0f);  // 127 + 2 + 4 - 2 + 1
   }
 }
 
