@@ -220,7 +220,9 @@ TEST_F(RunCli, BadChatFlags) {
 }
 
 TEST_F(RunCli, MissingRequiredFlags) {
-  expect_clean_failure(run({"-p", "hi"}), "model");
+  setenv("TIERSERVE_MODEL", (kWork + "/no-default-model.gguf").c_str(), 1);  // inherited by the child
+  expect_clean_failure(run({"-p", "hi"}), "setup-model.sh");
+  unsetenv("TIERSERVE_MODEL");
   expect_clean_failure(run({"-m", kModel}), "prompt");
 }
 

@@ -5,11 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -70,6 +72,19 @@ Result<std::string> build_prompt(const RunOptions& o, const gguf::File& f) {
   return tmpl->render(msgs, /*add_generation_prompt=*/true);
 }
 
+// $TIERSERVE_MODEL, else where scripts/setup-model.sh installs Gemma 3 270M.
+std::string default_model_path() {
+  if (const char* e = std::getenv("TIERSERVE_MODEL"); e && *e) return e;
+  std::string dir;
+  if (const char* e = std::getenv("TIERSERVE_MODEL_DIR"); e && *e) {
+    dir = e;
+  } else {
+    const char* home = std::getenv("HOME");
+    dir = std::string(home ? home : ".") + "/.cache/tierserve/models";
+  }
+  return dir + "/gemma-3-270m-q4_k_m.gguf";
+}
+
 int fail(const std::string& msg) {
   std::fprintf(stderr, "tierserve run: error: %s\n", msg.c_str());
   return 1;
@@ -91,7 +106,8 @@ void emit(const std::string& s, bool json) {
 int cmd_run(int argc, char** argv) {
   RunOptions o;
   CLI::App app{"Generate text from a prompt.", "tierserve run"};
-  app.add_option("-m,--model", o.model, "GGUF model file")->required();
+  app.add_option("-m,--model", o.model,
+                 "GGUF model file (default: $TIERSERVE_MODEL, else the installed default model)");
   app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (> 0)")->capture_default_str();
   app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")->capture_default_str();
@@ -140,6 +156,13 @@ int cmd_run(int argc, char** argv) {
   sp.seed = o.seed >= 0 ? uint64_t(o.seed) : uint64_t(std::random_device{}());
   if (Status st = engine::validate(sp); !st.is_ok()) return usage_error(st.message());
 
+  if (o.model.empty()) {
+    o.model = default_model_path();
+    struct stat st {};
+    if (::stat(o.model.c_str(), &st) != 0)
+      return fail("no -m given and the default model " + o.model +
+                  " is not installed: run scripts/setup-model.sh (or pass -m MODEL.gguf)");
+  }
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = o.n_threads;
