@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "engine/arch_names.h"
 #include "kernels/traits.h"
 
 namespace ts::engine {
@@ -93,6 +94,51 @@ Result<double> read_float_or(const gguf::File& f, const std::string& key, double
     return data_loss("metadata key '" + key + "' = " + std::to_string(*x) + " is outside [" +
                      std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return *x;
+}
+
+Result<double> read_transformer_hparams(const gguf::File& f, const std::string& arch, double default_rms_eps,
+                                        ModelConfig* cfg) {
+  using names::key;
+  ModelConfig& c = *cfg;
+  c = ModelConfig{};
+  c.arch = arch;
+  if (auto n = f.get_string(names::kModelName); n.is_ok()) c.name = std::string(*n);
+
+  TS_ASSIGN_OR_RETURN(c.n_embd, read_int(f, key(names::kEmbeddingLength, arch), 1, 1 << 20));
+  TS_ASSIGN_OR_RETURN(c.n_layer, read_int(f, key(names::kBlockCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(c.n_head, read_int(f, key(names::kHeadCount, arch), 1, 4096));
+  TS_ASSIGN_OR_RETURN(c.n_head_kv, read_int_or(f, key(names::kHeadCountKv, arch), c.n_head, 1, c.n_head));
+  if (c.n_head % c.n_head_kv != 0)
+    return data_loss(key(names::kHeadCount, arch) + " = " + std::to_string(c.n_head) + " is not a multiple of " +
+                     key(names::kHeadCountKv, arch) + " = " + std::to_string(c.n_head_kv));
+  TS_ASSIGN_OR_RETURN(c.n_ff, read_int(f, key(names::kFeedForwardLength, arch), 1, 1 << 24));
+  const int64_t default_hd = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+  TS_ASSIGN_OR_RETURN(c.head_dim, read_int_or(f, key(names::kKeyLength, arch), default_hd, 0, 4096));
+  if (c.head_dim <= 0)
+    return data_loss(key(names::kEmbeddingLength, arch) + " is not a multiple of the head count and " +
+                     key(names::kKeyLength, arch) + " is absent");
+  TS_ASSIGN_OR_RETURN(const int64_t v_len, read_int_or(f, key(names::kValueLength, arch), c.head_dim, 1, 4096));
+  if (v_len != c.head_dim) return unimplemented(key(names::kValueLength, arch) + " != " + key(names::kKeyLength, arch));
+  TS_ASSIGN_OR_RETURN(c.n_ctx_train, read_int_or(f, key(names::kContextLength, arch), 0, 0, 1 << 26));
+  TS_ASSIGN_OR_RETURN(c.rms_eps, read_float_or(f, key(names::kRmsEps, arch), default_rms_eps, 0.0, 1.0));
+  TS_ASSIGN_OR_RETURN(c.rope_freq_base, read_float_or(f, key(names::kRopeFreqBase, arch), 10000.0, 1e-3, 1e12));
+  TS_ASSIGN_OR_RETURN(c.n_rot, read_int_or(f, key(names::kRopeDimensionCount, arch), c.head_dim, 2, c.head_dim));
+  if (c.n_rot % 2 != 0) return data_loss(key(names::kRopeDimensionCount, arch) + " is odd");
+
+  // rope.scaling.type + factor, or the older rope.scale_linear.
+  double factor = 1.0;
+  if (const gguf::Value* st = f.find(key(names::kRopeScalingType, arch))) {
+    const auto type = st->as_string();
+    if (!type) return data_loss(key(names::kRopeScalingType, arch) + " is not a string");
+    if (*type == "linear") {
+      TS_ASSIGN_OR_RETURN(factor, read_float_or(f, key(names::kRopeScalingFactor, arch), 1.0, 1e-6, 1e6));
+    } else if (*type != "none") {
+      return unimplemented("RoPE scaling type '" + std::string(*type) + "'");
+    }
+  } else {
+    TS_ASSIGN_OR_RETURN(factor, read_float_or(f, key(names::kRopeScaleLinear, arch), 1.0, 1e-6, 1e6));
+  }
+  return 1.0 / factor;
 }
 
 }  // namespace ts::engine

@@ -19,53 +19,7 @@ namespace names = engine::names;
 // --- loading ---------------------------------------------------------------------------
 
 Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
-  cfg_ = engine::ModelConfig{};
-  cfg_.arch = arch;
-  if (auto n = f.get_string(names::kModelName); n.is_ok()) cfg_.name = std::string(*n);
-
-  TS_ASSIGN_OR_RETURN(cfg_.n_embd, engine::read_int(f, key(names::kEmbeddingLength, arch), 1, 1 << 20));
-  TS_ASSIGN_OR_RETURN(cfg_.n_layer, engine::read_int(f, key(names::kBlockCount, arch), 1, 4096));
-  TS_ASSIGN_OR_RETURN(cfg_.n_head, engine::read_int(f, key(names::kHeadCount, arch), 1, 4096));
-  TS_ASSIGN_OR_RETURN(cfg_.n_head_kv,
-                      engine::read_int_or(f, key(names::kHeadCountKv, arch), cfg_.n_head, 1, cfg_.n_head));
-  if (cfg_.n_head % cfg_.n_head_kv != 0)
-    return data_loss(key(names::kHeadCount, arch) + " = " + std::to_string(cfg_.n_head) +
-                     " is not a multiple of " + key(names::kHeadCountKv, arch) + " = " +
-                     std::to_string(cfg_.n_head_kv));
-  TS_ASSIGN_OR_RETURN(cfg_.n_ff, engine::read_int(f, key(names::kFeedForwardLength, arch), 1, 1 << 24));
-  const int64_t default_hd = cfg_.n_embd % cfg_.n_head == 0 ? cfg_.n_embd / cfg_.n_head : 0;
-  TS_ASSIGN_OR_RETURN(cfg_.head_dim, engine::read_int_or(f, key(names::kKeyLength, arch), default_hd, 0, 4096));
-  if (cfg_.head_dim <= 0)
-    return data_loss(key(names::kEmbeddingLength, arch) + " is not a multiple of the head count and " +
-                     key(names::kKeyLength, arch) + " is absent");
-  TS_ASSIGN_OR_RETURN(const int64_t v_len,
-                      engine::read_int_or(f, key(names::kValueLength, arch), cfg_.head_dim, 1, 4096));
-  if (v_len != cfg_.head_dim)
-    return unimplemented(key(names::kValueLength, arch) + " != " + key(names::kKeyLength, arch));
-  TS_ASSIGN_OR_RETURN(cfg_.n_ctx_train, engine::read_int_or(f, key(names::kContextLength, arch), 0, 0, 1 << 26));
-  TS_ASSIGN_OR_RETURN(cfg_.rms_eps, engine::read_float_or(f, key(names::kRmsEps, arch), 1e-5, 0.0, 1.0));
-  TS_ASSIGN_OR_RETURN(cfg_.rope_freq_base,
-                      engine::read_float_or(f, key(names::kRopeFreqBase, arch), 10000.0, 1e-3, 1e12));
-  TS_ASSIGN_OR_RETURN(cfg_.n_rot,
-                      engine::read_int_or(f, key(names::kRopeDimensionCount, arch), cfg_.head_dim, 2, cfg_.head_dim));
-  if (cfg_.n_rot % 2 != 0) return data_loss(key(names::kRopeDimensionCount, arch) + " is odd");
-
-  double freq_scale = 1.0;
-  if (const gguf::Value* st = f.find(key(names::kRopeScalingType, arch))) {
-    const auto type = st->as_string();
-    if (!type) return data_loss(key(names::kRopeScalingType, arch) + " is not a string");
-    if (*type == "linear") {
-      TS_ASSIGN_OR_RETURN(const double factor,
-                          engine::read_float_or(f, key(names::kRopeScalingFactor, arch), 1.0, 1e-6, 1e6));
-      freq_scale = 1.0 / factor;
-    } else if (*type != "none") {
-      return unimplemented("RoPE scaling type '" + std::string(*type) + "'");
-    }
-  } else {
-    TS_ASSIGN_OR_RETURN(const double factor,
-                        engine::read_float_or(f, key(names::kRopeScaleLinear, arch), 1.0, 1e-6, 1e6));
-    freq_scale = 1.0 / factor;
-  }
+  TS_ASSIGN_OR_RETURN(const double freq_scale, engine::read_transformer_hparams(f, arch, 1e-5, &cfg_));
 
   rms_eps_ = float(cfg_.rms_eps);
   rope_ = engine::ops::RopeConfig{};

@@ -95,17 +95,24 @@ RunStats run(uint64_t seed, int32_t kv_blocks, int n_steps, bool check = true, d
       for (TierId t = 0; t < 3; ++t) {
         const TierStep& ts = p.tiers[size_t(t)];
         any_kv_limited |= ts.kv_limited;
-        if (!ts.kv_limited)
+        if (!ts.kv_limited) {
           EXPECT_GE(ts.tokens_planned, std::min(ts.tokens_floor, ts.tokens_demand))
               << "tier " << t << " below its floor at step " << p.step;
-        if (!s.tier(t).borrows()) EXPECT_LE(ts.tokens_planned, ts.tokens_cap) << "tier " << t << " above its cap";
+        }
+        if (!s.tier(t).borrows()) {
+          EXPECT_LE(ts.tokens_planned, ts.tokens_cap) << "tier " << t << " above its cap";
+        }
       }
-      if (!any_kv_limited) EXPECT_EQ(p.n_priority_inversions, 0) << "step " << p.step;
+      if (!any_kv_limited) {
+        EXPECT_EQ(p.n_priority_inversions, 0) << "step " << p.step;
+      }
     }
     const StepUpdate u = e.step(p);
     EXPECT_TRUE(s.update(p, u).is_ok());
     e.sync(s);
-    if (check) EXPECT_EQ(e.used(), s.kv_blocks(0) + s.kv_blocks(1) + s.kv_blocks(2)) << "step " << p.step;
+    if (check) {
+      EXPECT_EQ(e.used(), s.kv_blocks(0) + s.kv_blocks(1) + s.kv_blocks(2)) << "step " << p.step;
+    }
     clock.advance_ns(5'000'000);
     st.steps = step;
   }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/model.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 
@@ -45,5 +46,13 @@ Result<int64_t> read_int_or(const gguf::File& f, const std::string& key, int64_t
                             int64_t hi);
 Result<double> read_float_or(const gguf::File& f, const std::string& key, double dflt, double lo,
                              double hi);
+
+// The hyperparameters every decoder-only transformer shares, into `cfg` (names in
+// arch_names.h): n_embd, n_layer, n_head, n_head_kv (a divisor of n_head), n_ff, head_dim
+// (key_length, else n_embd / n_head; value_length must equal it), n_ctx_train, rms_eps
+// (default `default_rms_eps`), rope_freq_base, n_rot (even). Returns the linear RoPE
+// frequency scale (1 / factor; kUnimplemented for other scaling types).
+Result<double> read_transformer_hparams(const gguf::File& f, const std::string& arch, double default_rms_eps,
+                                        ModelConfig* cfg);
 
 }  // namespace ts::engine
