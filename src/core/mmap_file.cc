@@ -45,4 +45,9 @@ void MappedFile::advise_willneed() const {
   if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }
 
+void MappedFile::advise_dontneed() const {
+  // A read-only shared file mapping: dropping pages loses nothing.
+  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 }  // namespace ts

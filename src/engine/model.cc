@@ -58,6 +58,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
   m->impl_->arch = std::move(a);
   m->impl_->pool = std::make_unique<ThreadPool>(n_threads);
   m->impl_->arch->prepare(*m->impl_->pool, opts);
+  // Packing copied the matrices; the mapped originals are read again only for embedding
+  // rows and small tensors, so let them leave the resident set instead of holding the
+  // model in memory twice.
+  if (opts.pack_weights) m->impl_->file->release_pages();
   return m;
 }
 

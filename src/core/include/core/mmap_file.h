@@ -28,6 +28,10 @@ class MappedFile {
 
   // Ask the kernel to read the whole mapping ahead (used before warm-up).
   void advise_willneed() const;
+  // Drop the mapping's pages from this process's resident set (they stay in the page
+  // cache and fault back in on the next access). Used after weights were repacked into
+  // their own buffers, so the file is not resident twice.
+  void advise_dontneed() const;
 
  private:
   MappedFile() = default;

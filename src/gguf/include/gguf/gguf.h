@@ -146,6 +146,12 @@ class File {
   const Value* get_array(std::string_view key) const;  // nullptr when absent or not an array
 
   // In file order (not offset order).
+  // Drops the file's pages from the resident set (see MappedFile::advise_dontneed); a
+  // no-op for parsed byte spans the caller owns.
+  void release_pages() const {
+    if (mapping_) mapping_->advise_dontneed();
+  }
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;  // O(log n)
   // Sum of n_bytes over all tensors.
