@@ -16,6 +16,7 @@ const char* status_code_name(StatusCode c) {
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kIo: return "IoError";
+    case StatusCode::kUnavailable: return "Unavailable";
   }
   return "Unknown";
 }

@@ -104,6 +104,7 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
   if (cfg.max_queued_requests_total < 0 || cfg.max_queued_tokens_total < 0)
     return err(C::kBadLimit, "", "global queue limits must be >= 0");
   if (cfg.service_rate_window_ms < 1) return err(C::kBadLimit, "", "service_rate_window_ms must be >= 1");
+  if (cfg.kv_reserve_tokens < 0) return err(C::kBadLimit, "", "kv_reserve_tokens must be >= 0");
 
   std::map<std::string, const TierConfig*> by_name;
   std::set<int32_t> priorities;

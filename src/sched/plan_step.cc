@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "kv/blocks.h"
@@ -34,6 +36,10 @@ struct Scheduler::StepCtx {
   int64_t kv_avail = 0;
   TierId packing = 0;   // tiers after it still have their KV floors reserved
   std::vector<RequestId> preempted;
+  // Growth reserve (growth_reserve()): each running request's share, and the sum.
+  std::unordered_map<const Req*, int64_t> reserve_of;
+  int64_t reserve_total = 0;
+  std::unordered_set<const Req*> in_plan;  // got tokens in this plan: never a victim
 };
 
 namespace {
@@ -102,9 +108,12 @@ void Scheduler::collect_candidates(StepCtx& c) {
       if (q.promoted) urgent += want;
     };
     // Promoted requests first (their wait is over), then decodes and unfinished chunks
-    // of running requests, then the queue in its policy's order.
+    // of running requests, then the queue in its policy's order. Running requests keep
+    // their batch slots: they hold KV and free it only by finishing, so waiting ones
+    // (promoted or not) must never crowd them out of the batch.
+    const int32_t promoted_slots = max_batch - std::min<int32_t>(max_batch, int32_t(s.running.size()));
     for (const QueueItem& it : s.queue->items())
-      if (reqs_.at(it.id).promoted) add(it.id);
+      if (reqs_.at(it.id).promoted && int32_t(out.size()) < promoted_slots) add(it.id);
     for (RequestId id : s.running) add(id);
     for (const QueueItem& it : s.queue->items())
       if (!reqs_.at(it.id).promoted) add(it.id);
@@ -132,10 +141,11 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
   int64_t need = kv::blocks_to_append(at, held, n, bs);
   int64_t lim = limit();
   if (q.state == RequestState::kQueued && cand.planned == 0) {
-    // Start (or resume) only what can reach its next output and one decode after it:
-    // a prompt started in blocks that its later chunks cannot get would only be
+    // Start (or resume) only what can reach its next output and one decode after it,
+    // and only while the running requests keep room to grow: a request started in
+    // blocks that its later chunks (or the others' decodes) need would only be
     // preempted again, and thrash.
-    const int64_t full = kv::blocks_to_append(at, held, q.remaining() + 1, bs);
+    const int64_t full = kv::blocks_to_append(at, held, q.remaining() + 1, bs) + growth_reserve(c, q);
     if (full > lim && may_preempt && preempt_for(c, q, full - lim)) lim = limit();
     if (full > lim) {
       c.kv_limited[size_t(t)] = true;
@@ -149,24 +159,32 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
     need = kv::blocks_to_append(at, held, n, bs);
   }
   if (n <= 0) return 0;
+  c.in_plan.insert(&q);
   cand.planned += n;
   cand.blocks += need;
   c.kv_avail -= need;
   c.kv_held[size_t(t)] += need;
+  if (auto it = c.reserve_of.find(&q); it != c.reserve_of.end()) {
+    const int64_t r = reserve_need(q, cand.planned, cand.blocks);
+    c.reserve_total += r - it->second;
+    it->second = r;
+  }
   c.kv_reserve[size_t(t)] = std::max<int64_t>(0, c.kv_reserve[size_t(t)] - need);
   c.planned[size_t(t)] += n;
   return n;
 }
 
 // Frees at least n_blocks for `for_req` (of tier t) by preempting running work that is
-// not in this plan yet, lowest tier and newest request first:
+// not in this plan yet, lowest tier first:
 //   - lower tiers, down to (never below) their KV floor;
 //   - t's own requests started after for_req, when for_req is running (it cannot
 //     continue otherwise; the newest gives way, as in vLLM);
 //   - higher tiers only while t is below its floor, and only down to their cap: what a
 //     tier holds beyond its cap was borrowed, and the lender takes it back.
-// Requests whose preemption budget is spent are never chosen. Preempts nothing unless
-// that frees enough.
+// Within a tier the victim is chosen by cost: when one request alone frees what is still
+// missing, the one with the least computed (least work to redo) among those; otherwise
+// the newest, and on to the next. Requests whose preemption budget is spent are never
+// chosen. Preempts nothing unless that frees enough.
 bool Scheduler::preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks) {
   const TierId t = for_req.served;
   const bool below_floor = c.kv_held[size_t(t)] < c.kv_floor[size_t(t)];
@@ -175,20 +193,37 @@ bool Scheduler::preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks) {
   for (TierId u = c.n_tiers - 1; u >= 0 && freed < n_blocks; --u) {
     if (u < t && (!below_floor || c.kv_held[size_t(u)] <= c.kv_cap[size_t(u)])) continue;
     if (u == t && for_req.state != RequestState::kRunning) continue;
-    int64_t held = c.kv_held[size_t(u)];
+    // Eligible requests of tier u, newest first.
+    std::vector<Req*> pool;
     const auto& running = ts_[size_t(u)].running;
-    for (auto it = running.rbegin(); it != running.rend() && freed < n_blocks; ++it) {
+    for (auto it = running.rbegin(); it != running.rend(); ++it) {
       Req& v = reqs_.at(*it);
       if (&v == &for_req) break;  // same tier: only requests newer than for_req
-      if (v.n_blocks == 0 || v.n_preemptions >= v.budget) continue;
-      if (u > t && held - v.n_blocks < c.kv_floor[size_t(u)]) continue;
-      if (u < t && held - v.n_blocks < c.kv_cap[size_t(u)]) continue;  // only what it borrowed
-      const auto& cu = c.cands[size_t(u)];
-      const bool in_plan = std::any_of(cu.begin(), cu.end(), [&](const Candidate& x) { return x.q == &v && x.planned > 0; });
-      if (in_plan) continue;
-      victims.push_back(&v);
-      held -= v.n_blocks;
-      freed += v.n_blocks;
+      if (v.n_blocks == 0 || v.n_preemptions >= v.budget || c.in_plan.count(&v)) continue;
+      pool.push_back(&v);
+    }
+    int64_t held = c.kv_held[size_t(u)];
+    while (freed < n_blocks) {
+      auto allowed = [&](const Req* v) {
+        if (!v) return false;
+        if (u > t && held - v->n_blocks < c.kv_floor[size_t(u)]) return false;
+        if (u < t && held - v->n_blocks < c.kv_cap[size_t(u)]) return false;  // only what it borrowed
+        return true;
+      };
+      Req** pick = nullptr;
+      for (Req*& v : pool)  // the cheapest one that suffices alone
+        if (allowed(v) && v->n_blocks >= n_blocks - freed && (!pick || v->n_computed < (*pick)->n_computed)) pick = &v;
+      if (!pick)
+        for (Req*& v : pool)  // else the newest
+          if (allowed(v)) {
+            pick = &v;
+            break;
+          }
+      if (!pick) break;
+      victims.push_back(*pick);
+      held -= (*pick)->n_blocks;
+      freed += (*pick)->n_blocks;
+      *pick = nullptr;
     }
   }
   if (freed < n_blocks) return false;
@@ -198,6 +233,26 @@ bool Scheduler::preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks) {
                           "): KV blocks for a request of tier '" + tiers_[size_t(t)].name() + "'";
   }
   return true;
+}
+
+// The blocks running request `r` needs to compute the next kv_reserve_tokens (one block
+// by default) after this plan gave it `planned` tokens in `blocks` new blocks. A queued
+// request starts only if the running ones keep that much free (growth_reserve()):
+// without it every start fills the cache to the last block, the next decodes find none,
+// and the scheduler preempts (recomputes) work it has just done, until budgets run out
+// (kv_exhausted).
+int64_t Scheduler::reserve_need(const Req& r, int64_t planned, int64_t blocks) const {
+  const int32_t bs = cfg_.kv_block_size;
+  const int64_t horizon = cfg_.kv_reserve_tokens > 0 ? cfg_.kv_reserve_tokens : bs;
+  const int64_t at = r.n_computed + planned;
+  // Tokens it will still compute: the known ones not in this plan, then its outputs.
+  const int64_t future = std::max<int64_t>(0, r.n_known() - at + r.r.max_output_tokens - r.n_generated - 1);
+  return kv::blocks_to_append(at, r.n_blocks + blocks, std::min(horizon, future), bs);
+}
+
+int64_t Scheduler::growth_reserve(const StepCtx& c, const Req& except) const {
+  auto it = c.reserve_of.find(&except);
+  return c.reserve_total - (it == c.reserve_of.end() ? 0 : it->second);
 }
 
 void Scheduler::preempt(StepCtx& c, Req& q, Reason reason) {
@@ -210,6 +265,10 @@ void Scheduler::preempt(StepCtx& c, Req& q, Reason reason) {
   c.kv_held[size_t(u)] -= q.n_blocks;
   c.kv_avail += q.n_blocks;
   kv_available_ += q.n_blocks;
+  if (auto it = c.reserve_of.find(&q); it != c.reserve_of.end()) {
+    c.reserve_total -= it->second;
+    c.reserve_of.erase(it);
+  }
   q.n_blocks = 0;
   q.n_computed = 0;
   ++q.n_preemptions;
@@ -249,8 +308,11 @@ void Scheduler::pack(StepCtx& c) {
 }
 
 // Nothing could be planned although there is demand: every block is held by requests
-// that cannot advance. Preempt the lowest-tier newest running request (or, when every
-// budget is spent, fail it explicitly) so that the next step can move.
+// that cannot advance. Preempt one running request so that the others can: the lowest
+// tier's cheapest (least computed; the newest on ties), preferring requests with
+// preemption budget left. When every budget is spent it still preempts (a late answer
+// beats a failed one) unless the request is the only one holding KV: then nothing can
+// ever make room for it and it fails with kv_exhausted.
 void Scheduler::break_deadlock(StepCtx& c) {
   int64_t n_planned = 0, n_demand = 0;
   for (TierId t = 0; t < c.n_tiers; ++t) {
@@ -258,24 +320,29 @@ void Scheduler::break_deadlock(StepCtx& c) {
     n_demand += c.demand[size_t(t)];
   }
   if (n_planned > 0 || n_demand == 0 || kv_in_use() == 0) return;
+  int64_t n_holding = 0;
+  for (const TierState& s : ts_)
+    for (RequestId id : s.running) n_holding += reqs_.at(id).n_blocks > 0;
   Req* victim = nullptr;
-  for (int pass = 0; pass < 2 && !victim; ++pass)
+  bool over_budget = false;
+  for (int pass = 0; pass < 2 && !victim; ++pass) {
     for (TierId u = c.n_tiers - 1; u >= 0 && !victim; --u)
       for (auto it = ts_[size_t(u)].running.rbegin(); it != ts_[size_t(u)].running.rend(); ++it) {
         Req& v = reqs_.at(*it);
-        if (v.n_blocks > 0 && (pass == 1 || v.n_preemptions < v.budget)) {
-          victim = &v;
-          break;
-        }
+        if (v.n_blocks == 0 || (pass == 0 && v.n_preemptions >= v.budget)) continue;
+        if (!victim || v.n_computed < victim->n_computed) victim = &v;
       }
+    over_budget = pass == 1;
+  }
   if (!victim) return;
-  if (victim->n_preemptions < victim->budget) {
+  if (!over_budget || n_holding > 1) {
     preempt(c, *victim, Reason::kKvPressure);
-    events_.back().text = "preempted: no request could advance with the KV blocks left";
+    events_.back().text = over_budget ? "preempted past its budget: no request could advance with the KV blocks left"
+                                      : "preempted: no request could advance with the KV blocks left";
   } else {
     c.kv_avail += victim->n_blocks;
     end(victim->r.id, EventKind::kFailed, Reason::kKvExhausted,
-        "no request could advance and its preemption budget is spent");
+        "the only request holding KV cannot advance: the cache cannot hold it");
   }
 }
 
@@ -351,6 +418,14 @@ Plan Scheduler::schedule(int64_t now_ns) {
   c.kv_reserve.assign(n, 0);
   c.kv_limited.assign(n, false);
   collect_candidates(c);
+  for (const TierState& ts : ts_)
+    for (RequestId id : ts.running) {
+      const Req& r = reqs_.at(id);
+      if (r.n_blocks == 0) continue;
+      const int64_t need = reserve_need(r, 0, 0);
+      c.reserve_of.emplace(&r, need);
+      c.reserve_total += need;
+    }
 
   std::vector<ShareInput> in(n);
   for (size_t t = 0; t < n; ++t) in[t] = {c.demand[t], c.tok_floor[t], c.tok_cap[t], tiers_[t].borrows()};

@@ -398,6 +398,60 @@ TEST(Scheduler, LowerTierBelowFloorTakesBackWhatWasLent) {
   EXPECT_GE(s->kv_blocks(2), 4);
 }
 
+// A queued request starts only while the running ones keep room to grow (one block
+// each by default): otherwise the start fills the cache, the next decode of the running
+// request finds no block, and one of them is preempted to redo its work.
+TEST(Scheduler, GrowthReserveKeepsRoomForRunningRequests) {
+  auto s = make(base(100, 10, 4));  // 10 blocks of 4 cells
+  FakeEngine e(10, 4);
+  ManualClock clock;
+  ASSERT_TRUE(s->submit(req(1, 1, 17, 8), 0).accepted);  // 5 blocks, room for 3 more tokens
+  run_step(*s, e, clock);
+  ASSERT_TRUE(s->submit(req(2, 1, 19, 4), clock.now_ns()).accepted);  // 5 blocks to start
+  int n_preempted = 0;
+  bool overlapped = false;
+  for (int i = 0; i < 100 && s->n_active() > 0; ++i) {
+    const Plan p = run_step(*s, e, clock);
+    n_preempted += int(p.preempt.size());
+    bool has1 = false, has2 = false;
+    for (const PlanEntry& en : p.entries) {
+      has1 |= en.id == 1;
+      has2 |= en.id == 2;
+    }
+    overlapped |= has1 && has2;
+  }
+  EXPECT_EQ(s->n_active(), 0);
+  EXPECT_EQ(n_preempted, 0);
+  EXPECT_FALSE(overlapped);  // 2 waited for 1: both together never fit
+  EXPECT_EQ(e.used(), 0);
+
+  // kv_reserve_tokens sets the horizon; negative is refused.
+  SchedConfig c = base();
+  c.kv_reserve_tokens = -1;
+  EXPECT_FALSE(Scheduler::create(c).is_ok());
+}
+
+// Running requests keep their batch slots: a promoted request waits for a free slot
+// instead of taking one from a running request that holds KV and cannot finish without it.
+TEST(Scheduler, RunningRequestsKeepTheirBatchSlots) {
+  SchedConfig c = base();
+  c.tiers[0].max_batch = 2;
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  ASSERT_TRUE(s->submit(req(1, 0, 10, 50), 0).accepted);
+  ASSERT_TRUE(s->submit(req(2, 0, 10, 50), 0).accepted);
+  ASSERT_TRUE(s->submit(req(3, 0, 10, 5), 0).accepted);
+  run_step(*s, e, clock, 300 * kMs);
+  Plan p = run_step(*s, e, clock);
+  EXPECT_TRUE(has_event(p, EventKind::kPromoted, 3, Reason::kQueueTimeout));
+  std::vector<RequestId> ids;
+  for (const PlanEntry& en : p.entries) ids.push_back(en.id);
+  EXPECT_EQ(ids, (std::vector<RequestId>{1, 2}));
+  for (int i = 0; i < 200 && s->n_active() > 0; ++i) run_step(*s, e, clock);
+  EXPECT_EQ(s->n_active(), 0);
+}
+
 TEST(Scheduler, NoRoomFromTheEngineIsRetried) {
   auto s = make(base(100, 100, 16));
   FakeEngine e(4, 16);  // the engine has far fewer blocks than the config says

@@ -23,6 +23,7 @@ enum class StatusCode : int {
   kFailedPrecondition,
   kInternal,
   kIo,                // OS call failed
+  kUnavailable,       // not serving now (draining, shutting down); retry elsewhere/later
 };
 
 const char* status_code_name(StatusCode c);
@@ -53,6 +54,7 @@ inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceE
 inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIo, std::move(m)}; }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 // Either a value or a non-OK Status.
 template <typename T>

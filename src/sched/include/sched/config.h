@@ -68,6 +68,9 @@ struct SchedConfig {
   int64_t max_queued_tokens_total = int64_t(1) << 24;
   // Time constant of the measured per-tier start rate that predicts waits at admission.
   int64_t service_rate_window_ms = 2000;
+  // A queued request starts only if the running ones keep room to grow by this many
+  // tokens each (their growth reserve); 0: one block (kv_block_size).
+  int64_t kv_reserve_tokens = 0;
 };
 
 // ultrafast (share_max 0.3, borrow, 200 ms -> promote), standard (share_min 0.5, 5 s ->

@@ -128,6 +128,8 @@ class Scheduler {
   void pack(StepCtx& c);
   int64_t place(StepCtx& c, Candidate& cand, int64_t n_tokens, bool may_preempt);
   bool preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks);
+  int64_t reserve_need(const Req& r, int64_t planned, int64_t blocks) const;
+  int64_t growth_reserve(const StepCtx& c, const Req& except) const;
   void preempt(StepCtx& c, Req& q, Reason reason);
   void break_deadlock(StepCtx& c);
   void finish_plan(StepCtx& c, Plan& plan);

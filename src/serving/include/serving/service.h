@@ -1,0 +1,155 @@
+// The serving layer: one engine-loop thread that owns the Engine and the Scheduler, and a
+// thread-safe front (submit / cancel / drain) that HTTP threads call. Everything crosses
+// between them by message (STYLE.md rule 7): submit() puts the request in an inbox, the
+// loop admits it at its next iteration, and every later event of the request comes back
+// through the request's callback, called on the loop thread, in order.
+//
+//   loop:  inbox (new, cancel) -> scheduler.submit/cancel
+//          plan = scheduler.schedule(now) -> preempt/add/reuse_prefix -> engine.step
+//          -> sample, detokenize, stop strings -> callbacks -> scheduler.update
+//
+// HTTP threads tokenize and render chat templates (tokenizer() and chat_template() are
+// const and thread-safe); the loop detokenizes (StreamDecoder) and checks stop strings,
+// because it decides when a request ends.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/sampling.h"
+#include "metrics/registry.h"
+#include "sched/config.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ts::serving {
+
+using RequestId = uint64_t;
+
+struct ServiceOptions {
+  engine::EngineOptions engine;   // KV budget, block size, max_seq_len, prefix cache
+  sched::SchedConfig sched;       // tiers; kv_blocks_* are taken from the engine
+  // Tiers off (the isolation experiment's control): every request goes to one FIFO queue
+  // of the first tier's limits, but keeps its tier label in responses and metrics.
+  bool fifo = false;
+  // Cap on max_tokens of one request (0: max_seq_len - prompt).
+  int64_t max_output_tokens = 0;
+  // How long the loop sleeps when it has no work (it wakes at once on submit/cancel).
+  int64_t idle_poll_ms = 50;
+};
+
+struct GenerateRequest {
+  std::string tier;                 // a configured tier name (the server maps service_tier)
+  std::vector<int32_t> prompt;      // token ids, tokenized by the caller; >= 1 token
+  int64_t max_tokens = 16;          // >= 1; capped at max_seq_len - prompt ("length")
+  engine::SamplingParams sampling;
+  std::vector<std::string> stop;    // stop strings (the text returned excludes them)
+  bool ignore_eos = false;
+  uint64_t isolation_key = 0;       // prefix-cache isolation (a hash of the API key)
+  int32_t preemption_budget = -1;   // -1: the tier's
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0; // reused from the prefix cache
+};
+
+struct Timings {
+  int64_t queue_ns = 0;             // arrival (submit) -> first step that computed it
+  int64_t ttft_ns = 0;              // arrival -> first generated token
+  int64_t e2e_ns = 0;               // arrival -> end
+  int32_t n_preemptions = 0;
+};
+
+// One event of a request, delivered to its callback on the loop thread.
+struct Update {
+  enum class Kind : uint8_t {
+    kAdmitted,     // first update: accepted (maybe on another tier) or rejected (final)
+    kTierChanged,  // promoted or downgraded while queued
+    kPreempted,    // KV freed for a higher tier; resumes later (latency only)
+    kDelta,        // new text (UTF-8 complete, stop strings held back) and token count
+    kDone,         // final: finish_reason "stop" (EOS or stop string) or "length"
+    kFailed,       // final: accepted but ended with an error (reason says why):
+                   // "cancelled", "shutdown", "queue_timeout", "shed_for_higher_tier",
+                   // "kv_exhausted", "engine_error"
+  };
+  Kind kind = Kind::kDelta;
+  RequestId id = 0;
+
+  // kAdmitted / kTierChanged / kPreempted / kFailed: tiers by name; reason is
+  // sched::reason_name() ("" if none). A refused kAdmitted is final; requests still
+  // waiting for admission at shutdown() are refused with "overloaded".
+  bool accepted = false;
+  std::string tier_requested;
+  std::string tier_served;
+  std::string reason;
+  std::string message;              // for people, e.g. "predicted wait 7.2 s > 5 s"
+  int64_t retry_after_ms = 0;       // rejected: a hint; 503-class when reason is "overloaded"
+
+  // kDelta
+  std::string text;
+  int32_t n_tokens = 0;
+
+  // kDone / kFailed
+  std::string finish_reason;        // kDone
+  Usage usage;
+  Timings timings;
+};
+
+using Callback = std::function<void(const Update&)>;
+
+struct Stats {
+  bool draining = false;
+  int64_t n_active = 0;             // accepted, not yet ended
+  int64_t n_steps = 0;
+  int64_t n_engine_seqs = 0;        // sequences the engine holds (active ones only)
+  engine::KvStats kv;               // as of the loop's last iteration
+};
+
+class Service {
+ public:
+  // Loads nothing: `model` and `tokenizer` are owned by the caller and outlive the
+  // service. Starts the loop thread. kInvalidArgument for a bad config.
+  static Result<std::unique_ptr<Service>> create(engine::Model& model, const tok::Tokenizer& tokenizer,
+                                                 const tok::ChatTemplate& chat, const ServiceOptions& opts,
+                                                 metrics::Registry* metrics, const Clock* clock = nullptr);
+  ~Service();  // shutdown()
+
+  // Validates what can be checked without the loop (unknown tier, empty prompt, prompt
+  // over the context -> kOutOfRange "context_length_exceeded", bad sampling, draining ->
+  // kUnavailable) and queues the request. The callback then gets kAdmitted first and,
+  // if accepted, exactly one final kDone or kFailed. It must not block.
+  Result<RequestId> submit(GenerateRequest req, Callback cb);
+  // Ends the request within one step (client disconnect). Its callback gets a final
+  // kFailed with reason "cancelled" unless it already got its final update.
+  void cancel(RequestId id);
+
+  // No new requests (submit -> kUnavailable); in-flight ones continue.
+  void begin_drain();
+  // Waits until no request is active or the deadline passes; true when idle.
+  bool wait_idle(int64_t timeout_ms);
+  // Cancels what is left and stops the loop thread. Idempotent.
+  void shutdown();
+
+  Stats stats() const;
+  const tok::Tokenizer& tokenizer() const;
+  const tok::ChatTemplate& chat_template() const;
+  const engine::Model& model() const;
+  const sched::SchedConfig& sched_config() const;  // the tiers in priority order
+  int64_t max_seq_len() const;
+
+ private:
+  struct Impl;
+  explicit Service(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ts::serving

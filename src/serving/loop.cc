@@ -1,0 +1,439 @@
+// The engine-loop thread: inbox -> scheduler -> engine -> callbacks -> scheduler, one
+// iteration per engine step. Everything here runs on that thread; the front (service.cc)
+// only touches the fields guarded by Impl::mu.
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "core/log.h"
+#include "service_impl.h"
+
+namespace ts::serving {
+
+namespace {
+
+constexpr int64_t kCorrelationInterval_ns = 1'000'000'000;
+
+const char* reason_or_empty(sched::Reason r) { return r == sched::Reason::kNone ? "" : sched::reason_name(r); }
+
+}  // namespace
+
+// --- helpers --------------------------------------------------------------------------
+
+int Service::Impl::label_of(const std::string& tier) const {
+  auto it = std::find(tier_names.begin(), tier_names.end(), tier);
+  return it == tier_names.end() ? 0 : int(it - tier_names.begin());
+}
+
+RequestState* Service::Impl::find(RequestId id) {
+  auto it = reqs.find(id);
+  return it == reqs.end() ? nullptr : it->second.get();
+}
+
+void Service::Impl::deliver(RequestState& r, const Update& u) {
+  if (r.ended) return;  // nothing after the final update
+  try {
+    r.cb(u);
+  } catch (const std::exception& e) {  // a callback's bug must not take the loop down
+    TS_LOG_ERROR("serving: callback of request %llu threw: %s", (unsigned long long)r.id, e.what());
+  } catch (...) {
+    TS_LOG_ERROR("serving: callback of request %llu threw", (unsigned long long)r.id);
+  }
+}
+
+void Service::Impl::release_active(int64_t n) {
+  {
+    // The engine snapshot moves with n_active, so whoever sees a request end (wait_idle)
+    // also sees its KV released.
+    std::lock_guard<std::mutex> lk(mu);
+    n_active -= n;
+    n_engine_seqs = engine->n_seqs();
+    kv = engine->kv_stats();
+  }
+  idle.notify_all();
+}
+
+void Service::Impl::end(RequestId id, Update u) {
+  auto it = reqs.find(id);
+  if (it == reqs.end()) return;
+  std::unique_ptr<RequestState> r = std::move(it->second);
+  reqs.erase(it);
+  if (engine->contains(id)) (void)engine->remove(id);
+  const int64_t now = clock->now_ns();
+  u.id = id;
+  if (u.tier_requested.empty()) u.tier_requested = r->req.tier;
+  if (u.tier_served.empty()) u.tier_served = r->tier_served;
+  u.usage.prompt_tokens = int64_t(r->req.prompt.size());
+  u.usage.completion_tokens = r->n_generated;
+  u.usage.cached_prompt_tokens = r->n_cached_prompt;
+  u.timings.e2e_ns = now - r->arrival_ns;
+  u.timings.queue_ns = (r->first_step_ns >= 0 ? r->first_step_ns : now) - r->arrival_ns;
+  u.timings.ttft_ns = r->first_token_ns >= 0 ? r->first_token_ns - r->arrival_ns : 0;
+  u.timings.n_preemptions = r->n_preemptions;
+  deliver(*r, u);
+  r->ended = true;
+  release_active(1);
+}
+
+void Service::Impl::end_failed(RequestId id, Outcome outcome, const std::string& reason, const std::string& message) {
+  RequestState* r = find(id);
+  if (!r) return;
+  metrics.request(label_of(r->tier_served), outcome);
+  if (outcome == Outcome::kRejected) metrics.degradation(r->req.tier, "none", reason);
+  Update u;
+  u.kind = Update::Kind::kFailed;
+  u.accepted = true;
+  u.reason = reason;
+  u.message = message;
+  end(id, std::move(u));
+}
+
+void Service::Impl::end_done(RequestState& r, EndKind why) {
+  const int label = label_of(r.tier_served);
+  const int64_t now = clock->now_ns();
+  metrics.request(label, Outcome::kOk);
+  metrics.duration(label, now - r.arrival_ns);
+  if (r.n_generated > 1 && r.first_token_ns >= 0) metrics.tpot(label, (now - r.first_token_ns) / (r.n_generated - 1));
+  Update u;
+  u.kind = Update::Kind::kDone;
+  u.accepted = true;
+  u.finish_reason = why == EndKind::kLength ? "length" : "stop";
+  end(r.id, std::move(u));
+}
+
+void Service::Impl::publish() {
+  std::lock_guard<std::mutex> lk(mu);
+  n_engine_seqs = engine->n_seqs();
+  kv = engine->kv_stats();
+}
+
+// --- the inbox ------------------------------------------------------------------------
+
+void Service::Impl::admit(std::vector<Pending>& in) {
+  for (Pending& p : in) {
+    const std::optional<sched::TierId> tier = opts.fifo ? sched::TierId(0) : sched->find_tier(p.req.tier);
+    sched::Request q;
+    q.id = p.id;
+    q.tier = tier.value_or(-1);  // submit() checked the name; -1 would be refused
+    q.n_prompt_tokens = int64_t(p.req.prompt.size());
+    q.max_output_tokens = p.max_tokens;
+    q.preemption_budget = p.req.preemption_budget;
+    const sched::Decision d = sched->submit(q, p.arrival_ns);
+
+    Update u;
+    u.kind = Update::Kind::kAdmitted;
+    u.id = p.id;
+    u.accepted = d.accepted;
+    u.tier_requested = p.req.tier;
+    // FIFO mode: one scheduler tier, but the request keeps its label.
+    u.tier_served = opts.fifo ? p.req.tier : tier_names[size_t(d.tier_served)];
+    u.reason = reason_or_empty(d.reason);
+    u.message = d.text;
+    u.retry_after_ms = d.retry_after_ms;
+    if (!d.accepted) {
+      metrics.request(label_of(p.req.tier), Outcome::kRejected);
+      metrics.degradation(p.req.tier, "none", u.reason);
+      try {
+        p.cb(u);
+      } catch (...) {
+        TS_LOG_ERROR("serving: callback of request %llu threw", (unsigned long long)p.id);
+      }
+      release_active(1);
+      continue;
+    }
+    auto r = std::make_unique<RequestState>(p.id, std::move(p.req), std::move(p.cb), tok, p.arrival_ns);
+    r->max_tokens = p.max_tokens;
+    r->tier_served = u.tier_served;
+    r->admitted = true;
+    RequestState& ref = *r;
+    reqs.emplace(p.id, std::move(r));
+    if (u.tier_served != u.tier_requested) {
+      metrics.request(label_of(u.tier_served), Outcome::kDowngraded);
+      metrics.degradation(u.tier_requested, u.tier_served, u.reason);
+    }
+    deliver(ref, u);
+  }
+}
+
+void Service::Impl::apply_cancels(const std::vector<RequestId>& ids) {
+  for (RequestId id : ids) {
+    if (!find(id)) continue;  // unknown or already ended: a no-op
+    (void)sched->cancel(id);
+    end_failed(id, Outcome::kCancelled, "cancelled", "cancelled by the client");
+  }
+}
+
+// --- scheduler decisions ----------------------------------------------------------------
+
+void Service::Impl::apply_events(const sched::Plan& plan) {
+  for (const sched::Event& e : plan.events) {
+    RequestState* r = find(e.id);
+    if (!r) continue;  // ended here already (cancel, finish, engine error)
+    switch (e.kind) {
+      case sched::EventKind::kPromoted:
+      case sched::EventKind::kDowngraded: {
+        const bool promoted = e.kind == sched::EventKind::kPromoted;
+        const std::string served = opts.fifo ? r->tier_label : tier_names[size_t(e.to_tier)];
+        r->tier_served = served;
+        metrics.request(label_of(served), promoted ? Outcome::kPromoted : Outcome::kDowngraded);
+        if (!promoted) metrics.degradation(r->req.tier, served, reason_or_empty(e.reason));
+        Update u;
+        u.kind = Update::Kind::kTierChanged;
+        u.id = e.id;
+        u.accepted = true;
+        u.tier_requested = r->req.tier;
+        u.tier_served = served;
+        u.reason = reason_or_empty(e.reason);
+        u.message = e.text;
+        deliver(*r, u);
+        break;
+      }
+      case sched::EventKind::kPreempted: {
+        ++r->n_preemptions;
+        r->n_computed = 0;
+        metrics.request(label_of(r->tier_served), Outcome::kPreempted);
+        Update u;
+        u.kind = Update::Kind::kPreempted;
+        u.id = e.id;
+        u.accepted = true;
+        u.tier_requested = r->req.tier;
+        u.tier_served = r->tier_served;
+        u.reason = reason_or_empty(e.reason);
+        u.message = e.text;
+        deliver(*r, u);
+        break;
+      }
+      case sched::EventKind::kRejected:
+        end_failed(e.id, Outcome::kRejected, reason_or_empty(e.reason), e.text);
+        break;
+      case sched::EventKind::kFailed:
+        end_failed(e.id, Outcome::kError, reason_or_empty(e.reason), e.text);
+        break;
+      case sched::EventKind::kFinished:
+        // The loop ends requests when their last token arrives, before the scheduler
+        // does; a finish it did not see still gets its final update.
+        end_done(*r, EndKind::kLength);
+        break;
+      case sched::EventKind::kCancelled:
+        end_failed(e.id, Outcome::kCancelled, "cancelled", e.text);
+        break;
+    }
+  }
+}
+
+// --- one step ---------------------------------------------------------------------------
+
+bool Service::Impl::step_once() {
+  const int64_t now = clock->now_ns();
+  sched::Plan plan = sched->schedule(now);
+  for (RequestId id : plan.preempt)
+    if (engine->contains(id)) (void)engine->preempt(id);
+  apply_events(plan);
+  metrics.priority_inversions(plan.n_priority_inversions);
+
+  // Translate: the scheduler planned counts; the tokens are ours.
+  engine::StepPlan sp;
+  std::vector<const sched::PlanEntry*> planned;
+  sched::StepUpdate up;
+  for (const sched::PlanEntry& e : plan.entries) {
+    RequestState* r = find(e.id);
+    std::string error;
+    if (!r) {
+      error = "no such request";
+    } else if (e.kind != sched::EntryKind::kContinue) {
+      if (!engine->contains(e.id)) {
+        const Status st = engine->add(e.id, engine::SeqConfig{r->req.sampling, r->req.isolation_key});
+        if (!st.is_ok()) error = st.message();
+      }
+      if (error.empty()) {
+        const int64_t have = engine->info(e.id)->n_computed;
+        if (have == 0) {
+          // New, or back from preemption: whatever the prefix cache still holds of the
+          // known tokens is not computed again (the scheduler takes the result's count).
+          Result<int64_t> n = engine->reuse_prefix(e.id, r->known);
+          r->n_computed = n.is_ok() ? *n : 0;
+          if (!r->computed_once) r->n_cached_prompt = std::min<int64_t>(r->n_computed, int64_t(r->req.prompt.size()));
+        } else {
+          r->n_computed = have;
+        }
+      }
+    }
+    const int64_t n_known = r ? int64_t(r->known.size()) : 0;
+    const int64_t from = r ? r->n_computed : 0;
+    const int64_t to = std::min(from + e.n_tokens, n_known);
+    if (error.empty() && to <= from) error = "nothing left to compute";
+    if (!error.empty()) {
+      sched::RequestResult rr;
+      rr.id = e.id;
+      rr.outcome = sched::StepOutcome::kInvalid;
+      up.requests.push_back(rr);
+      if (r) end_failed(e.id, Outcome::kError, "engine_error", error);
+      continue;
+    }
+    engine::SeqStep s;
+    s.seq = e.id;
+    s.tokens.assign(r->known.begin() + from, r->known.begin() + to);
+    s.n_outputs = to == n_known ? 1 : 0;
+    sp.seqs.push_back(std::move(s));
+    planned.push_back(&e);
+  }
+
+  std::vector<int64_t> tokens_by_label(tier_names.size(), 0);
+  if (!sp.seqs.empty()) {
+    const engine::StepResult res = engine->step(sp);
+    const int64_t t_done = clock->now_ns();
+    for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i) {
+      const engine::SeqResult& sr = res.seqs[i];
+      const sched::PlanEntry& e = *planned[i];
+      RequestState& r = *find(e.id);
+      sched::RequestResult rr;
+      rr.id = e.id;
+      rr.n_computed = sr.n_computed;
+      rr.n_blocks = sr.n_blocks;
+      switch (sr.outcome) {
+        case engine::SeqOutcome::kOk: {
+          const int label = label_of(r.tier_served);
+          tokens_by_label[size_t(label)] += int64_t(sp.seqs[i].tokens.size());
+          r.n_computed = sr.n_computed;
+          if (!r.computed_once) {
+            r.computed_once = true;
+            r.first_step_ns = now;
+            metrics.queue_time(label, now - r.arrival_ns);
+            metrics.tokens_in(label, int64_t(r.req.prompt.size()));
+          }
+          if (sr.sampled.empty()) break;
+          rr.n_sampled = 1;
+          EndKind why = EndKind::kNone;
+          std::string text = r.push_token(sr.sampled[0], &why);
+          metrics.tokens_out(label, 1);
+          if (r.first_token_ns < 0) {
+            r.first_token_ns = t_done;
+            metrics.ttft(label, t_done - r.arrival_ns);
+          }
+          ++r.n_undelivered;
+          if (!text.empty()) {
+            Update u;
+            u.kind = Update::Kind::kDelta;
+            u.id = e.id;
+            u.text = std::move(text);
+            u.n_tokens = r.n_undelivered;
+            r.n_undelivered = 0;
+            deliver(r, u);
+          }
+          if (why != EndKind::kNone) {
+            rr.finished = true;
+            end_done(r, why);  // r is gone after this
+          }
+          break;
+        }
+        case engine::SeqOutcome::kNoRoom:
+          rr.outcome = sched::StepOutcome::kNoRoom;
+          // A start or resume that did not run must not keep the prefix blocks it
+          // attached: the scheduler counts it as holding none.
+          if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
+            (void)engine->preempt(e.id);
+            r.n_computed = 0;
+          }
+          break;
+        case engine::SeqOutcome::kInvalid:
+          rr.outcome = sched::StepOutcome::kInvalid;
+          end_failed(e.id, Outcome::kError, "engine_error", sr.error);
+          break;
+      }
+      up.requests.push_back(rr);
+    }
+    up.kv_blocks_total = res.stats.kv_blocks_total;
+    up.kv_blocks_available = res.stats.kv_blocks_free + res.stats.kv_blocks_cached;
+  } else {
+    const engine::KvStats kvs = engine->kv_stats();
+    up.kv_blocks_total = kvs.total;
+    up.kv_blocks_available = kvs.free + kvs.cached;
+  }
+  if (const Status st = sched->update(plan, up); !st.is_ok())
+    TS_LOG_ERROR("serving: scheduler update: %s", st.to_string().c_str());
+
+  // Gauges per tier label (in FIFO mode the scheduler's one tier would hide the labels).
+  std::vector<int64_t> queued(tier_names.size(), 0), running(tier_names.size(), 0), blocks(tier_names.size(), 0);
+  for (const auto& [id, r] : reqs) {
+    const std::optional<sched::RequestInfo> info = sched->info(id);
+    if (!info) continue;
+    const size_t label = size_t(label_of(r->tier_served));
+    if (info->state == sched::RequestState::kRunning) ++running[label];
+    else ++queued[label];
+    blocks[label] += info->n_blocks;
+  }
+  for (size_t t = 0; t < tier_names.size(); ++t)
+    metrics.tier_gauges(int(t), queued[t], running[t], blocks[t],
+                        plan.token_budget > 0 ? double(tokens_by_label[t]) / double(plan.token_budget) : 0.0);
+  metrics.tick(now, kCorrelationInterval_ns);
+  if (sp.seqs.empty()) return false;
+  std::lock_guard<std::mutex> lk(mu);
+  ++n_steps;
+  return true;
+}
+
+// --- the thread ---------------------------------------------------------------------------
+
+void Service::Impl::shutdown_all(std::vector<Pending>& in) {
+  for (Pending& p : in) {
+    Update u;
+    u.kind = Update::Kind::kAdmitted;
+    u.id = p.id;
+    u.accepted = false;
+    u.tier_requested = p.req.tier;
+    u.tier_served = p.req.tier;
+    u.reason = "overloaded";  // the server's 503: try again elsewhere
+    u.message = "the service is shutting down";
+    u.retry_after_ms = 1000;
+    try {
+      p.cb(u);
+    } catch (...) {
+      TS_LOG_ERROR("serving: callback of request %llu threw", (unsigned long long)p.id);
+    }
+    release_active(1);
+  }
+  std::vector<RequestId> ids;
+  for (const auto& kv : reqs) ids.push_back(kv.first);
+  std::sort(ids.begin(), ids.end());
+  for (RequestId id : ids) {
+    (void)sched->cancel(id);
+    end_failed(id, Outcome::kCancelled, "shutdown", "the service is shutting down");
+  }
+  publish();
+}
+
+void Service::Impl::run() {
+  const auto poll = std::chrono::milliseconds(opts.idle_poll_ms);
+  for (;;) {
+    std::vector<Pending> in;
+    std::vector<RequestId> cx;
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      if (!stopping && inbox.empty() && cancels.empty() && reqs.empty()) wake.wait_for(lk, poll);
+      in.swap(inbox);
+      cx.swap(cancels);
+      stop = stopping;
+    }
+    if (stop) {
+      shutdown_all(in);
+      return;
+    }
+    admit(in);
+    apply_cancels(cx);
+    publish();
+    if (reqs.empty()) continue;
+    const bool progressed = step_once();
+    publish();
+    if (!progressed) {
+      // Work that cannot move now (waiting on KV or a timeout): sleep until something
+      // arrives or the poll interval passes.
+      std::unique_lock<std::mutex> lk(mu);
+      if (!stopping && inbox.empty() && cancels.empty()) wake.wait_for(lk, poll);
+    }
+  }
+}
+
+}  // namespace ts::serving

@@ -1,0 +1,67 @@
+// One request as the engine loop sees it: its token ids (the scheduler only has counts),
+// its output text on the way out (detokenization, stop strings, what was already
+// streamed), its timings, and the callback that hears about it.
+//
+// Owned and touched only by the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serving/service.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ts::serving {
+
+// Why a request ended, as the loop decides it after a sampled token.
+enum class EndKind : uint8_t { kNone, kStop, kLength };
+
+struct RequestState {
+  RequestState(RequestId id, GenerateRequest req, Callback cb, const tok::Tokenizer& tok, int64_t arrival_ns);
+
+  RequestId id;
+  GenerateRequest req;
+  Callback cb;
+  std::string tier_label;         // the requested tier: the label of its metrics
+  std::string tier_served;        // by name, as last reported to the client
+  int64_t max_tokens = 0;         // after the service's caps
+
+  // Tokens: prompt + generated; the engine holds KV for [0, n_computed).
+  std::vector<int32_t> known;
+  int64_t n_computed = 0;
+  int64_t n_generated = 0;
+  int64_t n_cached_prompt = 0;    // reused from the prefix cache at the first start
+  bool computed_once = false;     // a step computed something for it
+
+  // Times (clock nanoseconds).
+  int64_t arrival_ns = 0;
+  int64_t first_step_ns = -1;
+  int64_t first_token_ns = -1;
+  int32_t n_preemptions = 0;
+  int32_t n_undelivered = 0;      // tokens whose text is held back (next kDelta counts them)
+
+  bool admitted = false;
+  bool ended = false;             // its final callback was delivered
+
+  // Appends a sampled token. Returns the text that may be streamed now (possibly empty)
+  // and sets *end when the request is over: EOS/EOG (unless ignore_eos) or a stop string
+  // -> kStop, max_tokens -> kLength. At the end the returned text includes everything
+  // held back, cut before a stop string.
+  std::string push_token(int32_t token, EndKind* end);
+
+  // Every byte delivered in kDelta updates so far (== the final text once ended).
+  const std::string& streamed() const { return streamed_; }
+
+ private:
+  std::string take(size_t end);   // text_[streamed_.size(), end), recorded as streamed
+  std::string finish_text();      // at kLength/EOG: flush the decoder, cut at a stop
+
+  const tok::Tokenizer& tok_;
+  tok::StreamDecoder decoder_;
+  std::string text_;              // all decoded text so far
+  std::string streamed_;          // its prefix that was delivered
+};
+
+}  // namespace ts::serving

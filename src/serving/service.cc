@@ -1,0 +1,168 @@
+// Service: the thread-safe front. create() builds the engine and the scheduler, submit()
+// validates and queues, cancel()/drain/shutdown signal the loop (loop.cc), which owns
+// everything else.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "service_impl.h"
+
+namespace ts::serving {
+
+namespace {
+
+// The scheduler config of FIFO mode (tiers off): one queue with the first tier's limits,
+// first come first served, the whole budget. A downgrade has nowhere to go in one tier,
+// so it becomes a reject; promotion to the head of the one line would reorder it (the
+// latest promoted first), so a promoting tier's wait limit is dropped.
+sched::SchedConfig fifo_config(const sched::SchedConfig& cfg) {
+  sched::SchedConfig f = cfg;
+  sched::TierConfig t = cfg.tiers.front();
+  t.priority = 0;
+  t.share_min = 0.0;
+  t.share_max = 1.0;
+  t.borrow = true;
+  t.queue = sched::QueueKind::kFcfs;
+  if (t.on_timeout.action == sched::TimeoutAction::kDowngrade) t.on_timeout = sched::OnTimeout{};
+  if (t.on_timeout.action == sched::TimeoutAction::kPromote) t.max_queue_wait_ms = 0;
+  int32_t max_batch = 0;
+  for (const sched::TierConfig& u : cfg.tiers) max_batch = std::max(max_batch, u.max_batch);
+  t.max_batch = max_batch;
+  f.tiers = {t};
+  return f;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok::Tokenizer& tokenizer,
+                                                 const tok::ChatTemplate& chat, const ServiceOptions& opts,
+                                                 metrics::Registry* metrics, const Clock* clock) {
+  if (opts.idle_poll_ms < 1) return invalid_argument("idle_poll_ms must be >= 1");
+  if (opts.max_output_tokens < 0) return invalid_argument("max_output_tokens must be >= 0");
+  if (opts.sched.tiers.empty()) return invalid_argument("no_tiers: at least one tier is needed");
+
+  auto engine = engine::Engine::create(model, opts.engine);
+  if (!engine.is_ok()) return engine.status();
+  const engine::KvStats kv = (*engine)->kv_stats();
+
+  sched::SchedConfig cfg = opts.sched;
+  cfg.kv_blocks_total = kv.total;
+  cfg.kv_block_size = kv.block_size;
+  std::stable_sort(cfg.tiers.begin(), cfg.tiers.end(),
+                   [](const sched::TierConfig& a, const sched::TierConfig& b) { return a.priority < b.priority; });
+  TS_RETURN_IF_ERROR(sched::validate_config(cfg));
+  auto sched = sched::Scheduler::create(opts.fifo ? fifo_config(cfg) : cfg);
+  if (!sched.is_ok()) return sched.status();
+
+  std::vector<std::string> names;
+  for (const sched::TierConfig& t : cfg.tiers) names.push_back(t.name);
+  auto impl = std::make_unique<Impl>(model, tokenizer, chat, opts, metrics, clock, std::move(names));
+  impl->tiers_cfg = cfg;
+  impl->engine = std::move(engine).value();
+  impl->sched = std::move(sched).value();
+  impl->max_seq_len = impl->engine->max_seq_len();
+  impl->n_vocab = model.config().n_vocab;
+  impl->kv = kv;
+  Impl* p = impl.get();
+  std::unique_ptr<Service> svc(new Service(std::move(impl)));
+  p->thread = std::thread([p] { p->run(); });
+  return svc;
+}
+
+Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Service::~Service() { shutdown(); }
+
+Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
+  Impl& m = *impl_;
+  if (std::find(m.tier_names.begin(), m.tier_names.end(), req.tier) == m.tier_names.end())
+    return invalid_argument("unknown tier '" + req.tier + "'");
+  if (req.prompt.empty()) return invalid_argument("empty prompt");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= m.n_vocab)
+      return invalid_argument("token id " + std::to_string(t) + " out of range [0, " + std::to_string(m.n_vocab) + ")");
+  const int64_t n_prompt = int64_t(req.prompt.size());
+  if (n_prompt + 1 > m.max_seq_len)
+    return out_of_range("context_length_exceeded: prompt of " + std::to_string(n_prompt) +
+                        " tokens leaves no room for output in the context of " + std::to_string(m.max_seq_len));
+  if (req.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  TS_RETURN_IF_ERROR(engine::validate(req.sampling));
+  if (!cb) return invalid_argument("no callback");
+
+  int64_t max_tokens = std::min(req.max_tokens, m.max_seq_len - n_prompt);
+  if (m.opts.max_output_tokens > 0) max_tokens = std::min(max_tokens, m.opts.max_output_tokens);
+  const int64_t arrival = m.clock->now_ns();
+  RequestId id = 0;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (m.stopping) return unavailable("the service is shut down");
+    if (m.draining) return unavailable("the service is draining");
+    id = m.next_id++;
+    ++m.n_active;
+    m.inbox.push_back(Impl::Pending{id, std::move(req), std::move(cb), max_tokens, arrival});
+  }
+  m.wake.notify_one();
+  return id;
+}
+
+void Service::cancel(RequestId id) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (m.stopping || id == 0 || id >= m.next_id) return;
+    m.cancels.push_back(id);
+  }
+  m.wake.notify_one();
+}
+
+void Service::begin_drain() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->draining = true;
+}
+
+bool Service::wait_idle(int64_t timeout_ms) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lk(m.mu);
+  return m.idle.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)),
+                         [&] { return m.n_active == 0; });
+}
+
+void Service::shutdown() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (m.stopped) return;
+    m.stopping = true;
+    m.stopped = true;
+  }
+  m.wake.notify_all();
+  // From a callback (the loop thread itself) the loop ends after this iteration and the
+  // destructor's call joins it.
+  if (std::this_thread::get_id() == m.thread.get_id()) {
+    std::lock_guard<std::mutex> lk(m.mu);
+    m.stopped = false;
+    return;
+  }
+  if (m.thread.joinable()) m.thread.join();
+}
+
+Stats Service::stats() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.mu);
+  Stats s;
+  s.draining = m.draining || m.stopping;
+  s.n_active = m.n_active;
+  s.n_steps = m.n_steps;
+  s.n_engine_seqs = m.n_engine_seqs;
+  s.kv = m.kv;
+  return s;
+}
+
+const tok::Tokenizer& Service::tokenizer() const { return impl_->tok; }
+const tok::ChatTemplate& Service::chat_template() const { return impl_->chat; }
+const engine::Model& Service::model() const { return impl_->model; }
+const sched::SchedConfig& Service::sched_config() const { return impl_->tiers_cfg; }
+int64_t Service::max_seq_len() const { return impl_->max_seq_len; }
+
+}  // namespace ts::serving

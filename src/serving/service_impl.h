@@ -1,0 +1,90 @@
+// Service internals shared by service.cc (the thread-safe front: validation, inbox,
+// drain, shutdown) and loop.cc (the engine-loop thread). Private to the layer.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "request_state.h"
+#include "sched/scheduler.h"
+#include "serving/service.h"
+#include "service_metrics.h"
+
+namespace ts::serving {
+
+struct Service::Impl {
+  Impl(engine::Model& m, const tok::Tokenizer& t, const tok::ChatTemplate& c, const ServiceOptions& o,
+       metrics::Registry* reg, const Clock* clk, std::vector<std::string> names)
+      : model(m), tok(t), chat(c), opts(o), clock(clk ? clk : &steady), tier_names(std::move(names)),
+        metrics(reg, tier_names) {}
+
+  // --- immutable after create() ------------------------------------------------------
+  engine::Model& model;
+  const tok::Tokenizer& tok;
+  const tok::ChatTemplate& chat;
+  ServiceOptions opts;
+  SteadyClock steady;
+  const Clock* clock;
+  sched::SchedConfig tiers_cfg;         // as configured (tiers in priority order), KV from the engine
+  std::vector<std::string> tier_names;  // priority order; the labels of responses and metrics
+  int64_t max_seq_len = 0;
+  int64_t n_vocab = 0;
+
+  // --- owned by the loop thread ------------------------------------------------------
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<sched::Scheduler> sched;
+  ServiceMetrics metrics;
+  std::unordered_map<RequestId, std::unique_ptr<RequestState>> reqs;  // admitted, not ended
+
+  // --- shared between the front and the loop, GUARDED_BY(mu) -------------------------
+  struct Pending {
+    RequestId id = 0;
+    GenerateRequest req;
+    Callback cb;
+    int64_t max_tokens = 0;
+    int64_t arrival_ns = 0;
+  };
+  mutable std::mutex mu;
+  std::condition_variable wake;   // the loop sleeps on it
+  std::condition_variable idle;   // wait_idle() sleeps on it
+  std::vector<Pending> inbox;
+  std::vector<RequestId> cancels;
+  bool draining = false;
+  bool stopping = false;
+  bool stopped = false;
+  int64_t n_active = 0;           // submitted, no final update yet (inbox included)
+  RequestId next_id = 1;
+  int64_t n_steps = 0;
+  int64_t n_engine_seqs = 0;
+  engine::KvStats kv;
+  std::thread thread;
+
+  // --- loop.cc -------------------------------------------------------------------------
+  void run();
+  // One plan -> step -> update; false when nothing could be computed.
+  bool step_once();
+  void admit(std::vector<Pending>& in);
+  void apply_cancels(const std::vector<RequestId>& ids);
+  void apply_events(const sched::Plan& plan);
+  void publish();
+  void shutdown_all(std::vector<Pending>& in);
+
+  // Helpers.
+  int label_of(const std::string& tier) const;  // index into tier_names (0 if unknown)
+  RequestState* find(RequestId id);
+  void deliver(RequestState& r, const Update& u);
+  // Delivers the final update, frees the engine sequence and forgets the request.
+  void end(RequestId id, Update u);
+  void end_failed(RequestId id, Outcome outcome, const std::string& reason, const std::string& message);
+  void end_done(RequestState& r, EndKind why);
+  void release_active(int64_t n);
+};
+
+}  // namespace ts::serving
