@@ -8,9 +8,18 @@
 
 namespace ts::engine {
 
+namespace {
+thread_local PackHook* t_pack_hook = nullptr;
+}  // namespace
+
+ScopedPackHook::ScopedPackHook(PackHook* hook) : prev_(t_pack_hook) { t_pack_hook = hook; }
+ScopedPackHook::~ScopedPackHook() { t_pack_hook = prev_; }
+
 void Matrix::pack(ThreadPool* pool) {
-  packed_w_ = kernels::pack(view_, pool);
+  const uint8_t* prebuilt = t_pack_hook ? t_pack_hook->find(view_) : nullptr;
+  packed_w_ = prebuilt ? kernels::PackedWeight::borrow(view_, prebuilt) : kernels::pack(view_, pool);
   packed_ = true;
+  if (t_pack_hook) t_pack_hook->packed(view_, packed_w_);
 }
 
 uint64_t Matrix::bytes() const {

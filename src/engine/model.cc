@@ -4,7 +4,11 @@
 #include <string>
 #include <thread>
 
+#include <sys/stat.h>
+
 #include "core/check.h"
+#include "core/clock.h"
+#include "core/log.h"
 #include "engine/arch.h"
 #include "engine/arch_names.h"
 #include "model_impl.h"
@@ -30,7 +34,49 @@ std::string joined_architectures() {
 
 Model::~Model() = default;
 
+namespace {
+
+// Counts what was borrowed from a plan and what was packed in memory, and forwards to
+// the plan (find) and to the caller's hook (packed).
+class CountingHook : public PackHook {
+ public:
+  CountingHook(PlanFile* plan, PackHook* inner, PackInfo* info) : plan_(plan), inner_(inner), info_(info) {}
+  const uint8_t* find(const kernels::WeightView& w) override {
+    if (plan_) return plan_->find(w);
+    return inner_ ? inner_->find(w) : nullptr;
+  }
+  void packed(const kernels::WeightView& w, const kernels::PackedWeight& p) override {
+    if (p.panels()) {
+      if (p.owns_panels()) {
+        ++info_->n_packed;
+        info_->bytes_packed += p.bytes_read();
+      } else {
+        ++info_->n_from_plan;
+        info_->bytes_from_plan += p.bytes_read();
+      }
+    }
+    if (inner_) inner_->packed(w, p);
+  }
+
+ private:
+  PlanFile* plan_;
+  PackHook* inner_;
+  PackInfo* info_;
+};
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
+  return load_model(path, opts, nullptr);
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& opts, PackHook* hook) {
+  const int64_t t0 = now_ns();
   if (opts.n_threads < 0)
     return invalid_argument("n_threads = " + std::to_string(opts.n_threads) + " must be >= 0");
   TS_ASSIGN_OR_RETURN(std::unique_ptr<gguf::File> file, gguf::File::open(path));
@@ -53,17 +99,44 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
 
   std::unique_ptr<Model> m(new Model());
   m->impl_ = std::make_unique<ModelImpl>();
+  ModelImpl& mi = *m->impl_;
+  PackInfo& info = mi.pack_info;
+  if (opts.use_plan && opts.pack_weights) {
+    const bool explicit_plan = !opts.plan_path.empty();
+    const std::string plan_path = explicit_plan ? opts.plan_path : default_plan_path(path);
+    if (!explicit_plan && !file_exists(plan_path)) {
+      // No plan built: the usual in-memory packing, silently.
+    } else if (explicit_plan && !file_exists(plan_path)) {
+      return not_found("plan file " + plan_path + " does not exist (build it with `tierserve build -m " + path +
+                       " -o " + plan_path + "`, or load without a plan)");
+    } else if (Result<std::unique_ptr<PlanFile>> plan = PlanFile::open(plan_path, *file); plan.is_ok()) {
+      mi.plan = std::move(*plan);
+      mi.plan->advise_willneed();
+      info.plan_path = plan_path;
+    } else {
+      info.plan_warning = plan.status().to_string();
+      TS_LOG_WARN("plan %s not used, packing the weights in memory instead (rebuild it with `tierserve build -m %s`): %s",
+                  plan_path.c_str(), path.c_str(), info.plan_warning.c_str());
+    }
+  }
   const int n_threads = opts.n_threads > 0 ? opts.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  m->impl_->file = std::move(file);
-  m->impl_->arch = std::move(a);
-  m->impl_->pool = std::make_unique<ThreadPool>(n_threads);
-  m->impl_->arch->prepare(*m->impl_->pool, opts);
-  // Packing copied the matrices; the mapped originals are read again only for embedding
-  // rows and small tensors, so let them leave the resident set instead of holding the
-  // model in memory twice.
-  if (opts.pack_weights) m->impl_->file->release_pages();
+  mi.file = std::move(file);
+  mi.arch = std::move(a);
+  mi.pool = std::make_unique<ThreadPool>(n_threads);
+  {
+    CountingHook counting(mi.plan.get(), hook, &info);
+    ScopedPackHook scope(&counting);
+    mi.arch->prepare(*mi.pool, opts);
+  }
+  // The matrices now read packed panels (a copy, or the plan's pages); the mapped GGUF is
+  // read again only for embedding rows and small tensors, so let its pages leave the
+  // resident set instead of holding the model in memory twice.
+  if (opts.pack_weights) mi.file->release_pages();
+  info.load_ms = double(now_ns() - t0) * 1e-6;
   return m;
 }
+
+const PackInfo& Model::pack_info() const { return impl_->pack_info; }
 
 const ModelConfig& Model::config() const { return impl_->arch->config(); }
 const gguf::File& Model::gguf() const { return *impl_->file; }

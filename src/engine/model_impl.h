@@ -7,7 +7,9 @@
 #include "core/thread_pool.h"
 #include "engine/arch.h"
 #include "engine/kv_cache.h"
+#include "engine/linear.h"
 #include "engine/model.h"
+#include "engine/plan_file.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {
@@ -15,9 +17,15 @@ namespace ts::engine {
 class ModelImpl {
  public:
   std::unique_ptr<gguf::File> file;
+  std::unique_ptr<PlanFile> plan;  // before arch: its matrices may point into the plan
   std::unique_ptr<Architecture> arch;
   std::unique_ptr<ThreadPool> pool;
+  PackInfo pack_info;
 };
+
+// Model::load, with `hook` (may be null) installed while the architecture packs its
+// matrices when no plan is used (`tierserve build` records the packing through it).
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& opts, PackHook* hook);
 
 class ContextImpl {
  public:

@@ -115,38 +115,97 @@ void dequantize_rows(const WeightView& w, int64_t first, int64_t n, float* out) 
 
 void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
 
-PackedWeight PackedWeight::pack(const WeightView& w, ThreadPool* pool) {
+bool is_packed_type(DType t) { return is_panel_type(t); }
+
+int64_t packed_bytes(DType t, int64_t n_rows, int64_t n_cols) {
+  if (n_rows < 0 || n_cols < 0) return -1;
+  if (!is_panel_type(t)) return 0;
+  const auto layout = dtype_layout(uint32_t(t));
+  if (!layout || n_cols % int64_t(layout->block_size) != 0) return -1;
+  int64_t group_bytes = 0, total = 0;
+  if (__builtin_mul_overflow(n_cols / int64_t(layout->block_size), panel_block_bytes(t), &group_bytes)) return -1;
+  if (__builtin_mul_overflow(group_bytes, n_panels(n_rows), &total)) return -1;
+  return total;
+}
+
+void pack_into(const WeightView& w, uint8_t* dst, ThreadPool* pool) {
   check_view(w);
-  PackedWeight out;
-  out.view_ = w;
-  if (!is_panel_type(w.type) || w.n_rows == 0) return out;
+  if (!is_panel_type(w.type) || w.n_rows == 0) return;
+  TS_CHECK(dst != nullptr && reinterpret_cast<uintptr_t>(dst) % 64 == 0);
   const int64_t pb = kernels::panel_bytes(w.type, w.n_cols);
-  const int64_t np = n_panels(w.n_rows);
-  const size_t total = (size_t(pb * np) + 63) & ~size_t(63);
-  out.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(total, 64))));
-  TS_CHECK(out.data_ != nullptr);
-  out.panel_bytes_ = pb;
   const int64_t rb = row_bytes(w.type, w.n_cols);
   const auto* data = static_cast<const uint8_t*>(w.data);
-  uint8_t* dst = out.data_.get();
   auto work = [&](int64_t p0, int64_t p1, int) {
     for (int64_t p = p0; p < p1; ++p) {
       const int rows = int(std::min<int64_t>(kPanelRows, w.n_rows - p * kPanelRows));
       pack_panel(w.type, data + p * kPanelRows * rb, rb, rows, w.n_cols, dst + p * pb);
     }
   };
+  const int64_t np = n_panels(w.n_rows);
   if (pool && pool->n_threads() > 1) {
     pool->parallel_for(np, 1, work);
   } else {
     work(0, np, 0);
   }
+}
+
+PackedWeight PackedWeight::pack(const WeightView& w, ThreadPool* pool) {
+  check_view(w);
+  PackedWeight out;
+  out.view_ = w;
+  if (!is_panel_type(w.type) || w.n_rows == 0) return out;
+  const int64_t total_bytes = packed_bytes(w);
+  TS_CHECK(total_bytes > 0);
+  const size_t total = (size_t(total_bytes) + 63) & ~size_t(63);
+  out.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(total, 64))));
+  TS_CHECK(out.data_ != nullptr);
+  out.panels_ = out.data_.get();
+  out.panel_bytes_ = kernels::panel_bytes(w.type, w.n_cols);
+  pack_into(w, out.data_.get(), pool);
   return out;
+}
+
+PackedWeight PackedWeight::borrow(const WeightView& w, const uint8_t* panels) {
+  check_view(w);
+  PackedWeight out;
+  out.view_ = w;
+  if (!is_panel_type(w.type) || w.n_rows == 0) return out;
+  TS_CHECK(panels != nullptr && reinterpret_cast<uintptr_t>(panels) % 64 == 0);
+  out.panels_ = panels;
+  out.panel_bytes_ = kernels::panel_bytes(w.type, w.n_cols);
+  return out;
+}
+
+uint64_t panel_layout_fingerprint() {
+  static const uint64_t fp = [] {
+    // Bytes from a fixed 64-bit LCG: any layout change moves some byte somewhere else.
+    constexpr int64_t kCols = 512, kRows = kPanelRows;
+    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                    DType::Q6_K}) {
+      if (!is_panel_type(t)) continue;
+      const int64_t rb = row_bytes(t, kCols);
+      std::vector<uint8_t> src(size_t(rb * kRows));
+      for (uint8_t& b : src) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        b = uint8_t(state >> 56);
+      }
+      const WeightView w{src.data(), t, kCols, kRows};
+      PackedWeight p = PackedWeight::pack(w, nullptr);
+      const uint8_t* d = p.panels();
+      for (int64_t i = 0; i < packed_bytes(w); ++i) h = (h ^ d[i]) * 0x100000001b3ull;
+      h = (h ^ uint64_t(t)) * 0x100000001b3ull;
+    }
+    return h;
+  }();
+  return fp;
 }
 
 PackedWeight pack(const WeightView& w, ThreadPool* pool) { return PackedWeight::pack(w, pool); }
 
 uint64_t PackedWeight::bytes_read() const {
-  if (data_) return uint64_t(panel_bytes_) * uint64_t(n_panels(view_.n_rows));
+  if (panels_) return uint64_t(panel_bytes_) * uint64_t(n_panels(view_.n_rows));
   return uint64_t(row_bytes(view_.type, view_.n_cols)) * uint64_t(view_.n_rows);
 }
 

@@ -1,7 +1,8 @@
 // `tierserve run`: load a model, evaluate a prompt (one batched pass), sample tokens and
-// stream their text to stdout; finish with one stderr line of performance accounting
-// (prompt and decode tok/s, achieved GB/s against the machine's measured peak, the logits
-// hash). --json prints one JSON object instead of the stream.
+// stream their text to stdout; finish with stderr lines of readiness (load + warm-up time,
+// resident memory, the plan file used) and performance accounting (prompt and decode
+// tok/s, achieved GB/s against the machine's measured peak, the logits hash). --json
+// prints one JSON object instead of the stream.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "model_path.h"
 #include "core/clock.h"
 #include "engine/model.h"
 #include "engine/perf.h"
@@ -51,7 +53,36 @@ struct RunOptions {
   bool chat = false;
   std::string system;
   std::string chat_template;  // family name overriding detection
+  std::string plan;           // plan file (empty: MODEL.gguf.tsplan when present)
+  bool no_plan = false;
+  bool no_warmup = false;
 };
+
+// Resident-set figures of this process from /proc/self/status (0 where unavailable).
+struct MemoryUse {
+  uint64_t rss_bytes = 0, hwm_bytes = 0, anon_bytes = 0, file_bytes = 0;
+};
+
+MemoryUse memory_use() {
+  MemoryUse m;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return m;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %llu kB", &kb) == 1) m.rss_bytes = kb * 1024;
+    else if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) m.hwm_bytes = kb * 1024;
+    else if (std::sscanf(line, "RssAnon: %llu kB", &kb) == 1) m.anon_bytes = kb * 1024;
+    else if (std::sscanf(line, "RssFile: %llu kB", &kb) == 1) m.file_bytes = kb * 1024;
+  }
+  std::fclose(f);
+  return m;
+}
+
+nlohmann::json memory_json(const MemoryUse& m) {
+  return {{"rss_bytes", m.rss_bytes}, {"hwm_bytes", m.hwm_bytes}, {"anon_bytes", m.anon_bytes},
+          {"file_bytes", m.file_bytes}};
+}
 
 // The prompt as the model sees it: the raw text, or with --chat one user turn (after an
 // optional system turn) rendered by the model's chat template with the generation prompt.
@@ -70,19 +101,6 @@ Result<std::string> build_prompt(const RunOptions& o, const gguf::File& f) {
   if (!o.system.empty()) msgs.push_back({"system", o.system});
   msgs.push_back({"user", o.prompt});
   return tmpl->render(msgs, /*add_generation_prompt=*/true);
-}
-
-// $TIERSERVE_MODEL, else where scripts/setup-model.sh installs Gemma 3 270M.
-std::string default_model_path() {
-  if (const char* e = std::getenv("TIERSERVE_MODEL"); e && *e) return e;
-  std::string dir;
-  if (const char* e = std::getenv("TIERSERVE_MODEL_DIR"); e && *e) {
-    dir = e;
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home ? home : ".") + "/.cache/tierserve/models";
-  }
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 int fail(const std::string& msg) {
@@ -133,6 +151,9 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--chat-template", o.chat_template,
                  "chat template family instead of the detected one (gemma, llama3, chatml, qwen3, mistral, phi3)");
   app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
+  app.add_option("--plan", o.plan, "plan file from `tierserve build` (default: MODEL.gguf.tsplan when present)");
+  app.add_flag("--no-plan", o.no_plan, "pack the weights in memory even when a plan file exists");
+  app.add_flag("--no-warmup", o.no_warmup, "skip the one-token warm-up pass before the prompt");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -163,8 +184,12 @@ int cmd_run(int argc, char** argv) {
       return fail("no -m given and the default model " + o.model +
                   " is not installed: run scripts/setup-model.sh (or pass -m MODEL.gguf)");
   }
+  if (o.no_plan && !o.plan.empty()) return usage_error("--plan and --no-plan exclude each other");
   models::register_all();
+  const int64_t t_load = now_ns();
   engine::ModelOptions mo;
+  mo.plan_path = o.plan;
+  mo.use_plan = !o.no_plan;
   mo.n_threads = o.n_threads;
   mo.flash_attn_numerics = o.flash_attn == "on";
   auto model_r = engine::Model::load(o.model, mo);
@@ -176,6 +201,19 @@ int cmd_run(int argc, char** argv) {
   auto ctx_r = engine::Context::create(model, o.n_ctx, o.n_batch);
   if (!ctx_r.is_ok()) return fail(ctx_r.status().to_string());
   engine::Context& ctx = **ctx_r;
+  // Warm-up: one token through every layer faults the weights in (from the page cache or
+  // the plan) and sizes the scratch buffers, so the prompt is timed at steady state.
+  // reset() forgets it; the prompt overwrites its KV cell.
+  double warmup_ms = 0;
+  if (!o.no_warmup) {
+    const int64_t tw = now_ns();
+    const int32_t warm_token = 0;  // any id: only the weights' pages and buffers matter
+    if (Status st = ctx.eval(std::span<const int32_t>(&warm_token, 1)); !st.is_ok()) return fail(st.to_string());
+    ctx.reset();
+    warmup_ms = double(now_ns() - tw) * 1e-6;
+  }
+  const double ready_ms = double(now_ns() - t_load) * 1e-6;
+  const MemoryUse mem_ready = memory_use();
 
   if (o.prompt.empty()) return usage_error("the prompt is empty");
   Result<std::string> prompt_text = build_prompt(o, model.gguf());
@@ -245,6 +283,8 @@ int cmd_run(int argc, char** argv) {
     if (text.size() > emitted) emit(text.substr(emitted), o.json);
   }
   const int64_t t2 = now_ns();
+  const MemoryUse mem_end = memory_use();
+  const engine::PackInfo& pi = model.pack_info();
 
   const double prompt_ms = double(t1 - t0) * 1e-6;
   const double gen_ms = double(t2 - t1) * 1e-6;
@@ -274,12 +314,26 @@ int cmd_run(int argc, char** argv) {
     j["n_ctx"] = ctx.n_ctx();
     j["seed"] = sp.seed;
     j["logits_hash"] = hash_hex;
+    j["load_ms"] = pi.load_ms;
+    j["warmup_ms"] = warmup_ms;
+    j["ready_ms"] = ready_ms;
+    j["plan"] = pi.plan_path;
+    j["plan_warning"] = pi.plan_warning;
+    j["matrices_from_plan"] = pi.n_from_plan;
+    j["matrices_packed"] = pi.n_packed;
+    j["memory_ready"] = memory_json(mem_ready);
+    j["memory_end"] = memory_json(mem_end);
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", s.c_str());
   } else if (isatty(STDOUT_FILENO)) {
     std::printf("\n");
   }
   std::fflush(stdout);
+  std::fprintf(stderr, "ready in %.1f ms (load %.1f, warm-up %.1f) | RSS %.1f MiB (%.1f anon, %.1f file), peak %.1f MiB | %s\n",
+               ready_ms, pi.load_ms, warmup_ms, double(mem_end.rss_bytes) / 1048576.0,
+               double(mem_end.anon_bytes) / 1048576.0, double(mem_end.file_bytes) / 1048576.0,
+               double(mem_end.hwm_bytes) / 1048576.0,
+               pi.plan_path.empty() ? "weights packed in memory" : ("plan " + pi.plan_path).c_str());
   std::fprintf(stderr,
                "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok %.2f ms (%.1f tok/s) | "
                "%.2f GB/s of %.1f GB/s peak (%.1f%%) | %d threads | logits hash %s | stop: %s\n",

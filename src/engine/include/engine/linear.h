@@ -28,8 +28,35 @@ void run_sized(ThreadPool& pool, int64_t work_bytes, const F& fn) {
   pool.run([&args](int ith, int nth) { (*args.fn)(ith, nth); });
 }
 
+// Where Matrix::pack gets its panels while a model loads. Model::load installs one (a
+// mapped plan file, engine/plan_file.h) around Architecture::prepare, so the architectures
+// keep calling Matrix::pack unchanged; `tierserve build` installs one that records what was
+// packed. The hook is per thread: prepare runs on the loading thread.
+class PackHook {
+ public:
+  virtual ~PackHook() = default;
+  // Prebuilt panels for w (kernels::PackedWeight::borrow's contract: packed_bytes(w) bytes,
+  // 64-byte aligned, alive as long as the matrix), or nullptr to pack in memory.
+  virtual const uint8_t* find(const kernels::WeightView& w) = 0;
+  // Called after every pack with its result (borrowed or owned).
+  virtual void packed(const kernels::WeightView& w, const kernels::PackedWeight& p) {}
+};
+
+// Installs `hook` (may be null) for this thread until destroyed; restores the previous one.
+class ScopedPackHook {
+ public:
+  explicit ScopedPackHook(PackHook* hook);
+  ~ScopedPackHook();
+  ScopedPackHook(const ScopedPackHook&) = delete;
+  ScopedPackHook& operator=(const ScopedPackHook&) = delete;
+
+ private:
+  PackHook* prev_;
+};
+
 // A weight matrix as the forward pass uses it: the view into the mapped file and, after
-// pack(), the kernels' interleaved copy (faster decode, costs the matrix's size in RAM).
+// pack(), the kernels' interleaved panels: a copy in RAM (faster decode, costs the
+// matrix's size) or, with a plan file, a view into that file's mapping.
 class Matrix {
  public:
   Matrix() = default;
@@ -37,7 +64,10 @@ class Matrix {
 
   const kernels::WeightView& view() const { return view_; }
   bool packed() const { return packed_; }
+  // Packs in memory, or borrows prebuilt panels when the installed PackHook has them.
   void pack(ThreadPool* pool);
+  // The panels (valid when packed()).
+  const kernels::PackedWeight& packed_weight() const { return packed_w_; }
   // Bytes one product reads.
   uint64_t bytes() const;
 

@@ -22,12 +22,32 @@ struct ModelOptions {
   // Repack the matrices into the kernels' interleaved layout at load: faster decode, but
   // quantized weights then live in RAM as well as in the mapped file.
   bool pack_weights = true;
+  // Prebuilt panels from `tierserve build` (engine/plan_file.h), mapped and used in place
+  // instead of packing: no copy in RAM, pages shared by every process mapping the plan.
+  // Empty: MODEL.gguf.tsplan beside the model, if it exists. A plan given here must exist
+  // (kNotFound otherwise). A plan that is malformed or stale (built from another file or
+  // by kernels with another panel layout) is ignored with a warning and the weights are
+  // packed in memory, so results never depend on it.
+  std::string plan_path;
+  bool use_plan = true;  // false: never look for a plan (nor with pack_weights = false)
   // Attention rounding to reproduce: llama.cpp's flash-attention path (its default) or its
   // path without flash attention (`-fa off`). See ops::AttnNumerics.
   bool flash_attn_numerics = true;
 };
 
 class Architecture;
+class PackHook;
+
+// How the matrices got their packed panels at load.
+struct PackInfo {
+  std::string plan_path;     // the plan used, empty when none
+  std::string plan_warning;  // why a plan that exists was not used (empty otherwise)
+  int64_t n_from_plan = 0;   // matrices whose panels are views into the plan
+  int64_t n_packed = 0;      // matrices packed in memory
+  uint64_t bytes_from_plan = 0;
+  uint64_t bytes_packed = 0;
+  double load_ms = 0;        // Model::load wall time (parse, bind, plan or packing)
+};
 
 class ModelImpl;
 
@@ -64,8 +84,11 @@ class Model {
   const Architecture& arch() const;
   ThreadPool& pool();
   ModelImpl& impl() { return *impl_; }
+  const PackInfo& pack_info() const;
 
  private:
+  friend Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& opts,
+                                                   PackHook* hook);
   Model() = default;
   std::unique_ptr<ModelImpl> impl_;
 };

@@ -38,20 +38,53 @@ void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok
 // Rows `first`..`first+n`-1 of W, dequantized to float (embedding look-up).
 void dequantize_rows(const WeightView& w, int64_t first, int64_t n, float* out);
 
+// Version of the packed panel layout (src/kernels/panel.h). Bump it whenever the layout of
+// any type changes: plan files (`tierserve build`) record it and are rejected as stale
+// when it differs. panel_layout_fingerprint() backs it up at run time.
+inline constexpr uint32_t kPanelLayoutVersion = 1;
+
+// A hash of the panels that packing a fixed pseudo-random 16 x 512 matrix of every panel
+// type produces: it changes whenever the layout changes, even if kPanelLayoutVersion was
+// not bumped, so a plan file built by other code is never used with different kernels.
+// Computed once (microseconds) and cached.
+uint64_t panel_layout_fingerprint();
+
+// Whether matrices of type t are packed into panels (the quantized weight types; F32,
+// F16 and BF16 are used in place).
+bool is_packed_type(DType t);
+
+// Bytes of the packed panels of an n_rows x n_cols matrix of type t: 16-row panels, the
+// last one padded with zero rows. 0 for types used in place; -1 for a shape that is
+// invalid (n_cols not a whole number of blocks, negative) or whose size overflows int64.
+int64_t packed_bytes(DType t, int64_t n_rows, int64_t n_cols);
+inline int64_t packed_bytes(const WeightView& w) { return packed_bytes(w.type, w.n_rows, w.n_cols); }
+
+// Packs w into dst (packed_bytes(w) bytes, 64-byte aligned) in parallel on `pool` (may be
+// null). This is what PackedWeight::pack does into its own buffer; plan files store the
+// same bytes.
+void pack_into(const WeightView& w, uint8_t* dst, ThreadPool* pool = nullptr);
+
 // W repacked once (at model load) into the interleaved 16-row layout of the matrix kernels,
 // so decode does not pay for packing on every call (a WeightView is packed on the fly,
-// panel by panel). Quantized types are copied (about the size of the original); F32, F16
-// and BF16 are used in place. The WeightView's memory must outlive the PackedWeight.
+// panel by panel). Quantized types are copied (about the size of the original) unless the
+// panels come prebuilt (borrow()); F32, F16 and BF16 are used in place. The WeightView's
+// memory must outlive the PackedWeight.
 class PackedWeight {
  public:
   PackedWeight() = default;
-  // Packs the rows in parallel on `pool` (may be null).
+  // Packs the rows in parallel on `pool` (may be null) into a buffer this object owns.
   static PackedWeight pack(const WeightView& w, ThreadPool* pool = nullptr);
+  // A non-owning view of panels packed earlier (a mapped plan file): `panels` holds
+  // packed_bytes(w) bytes laid out as pack_into writes them, is 64-byte aligned (checked)
+  // and must outlive the PackedWeight. nullptr for types used in place.
+  static PackedWeight borrow(const WeightView& w, const uint8_t* panels);
 
   const WeightView& view() const { return view_; }
   // The packed panels, nullptr for types used in place.
-  const uint8_t* panels() const { return data_.get(); }
+  const uint8_t* panels() const { return panels_; }
   int64_t panel_bytes() const { return panel_bytes_; }
+  // Whether the panels live in this object (false: borrowed, or none).
+  bool owns_panels() const { return data_ != nullptr; }
   // Bytes one matvec reads from memory (for GB/s figures).
   uint64_t bytes_read() const;
 
@@ -61,6 +94,7 @@ class PackedWeight {
   };
   WeightView view_;
   std::unique_ptr<uint8_t, Free> data_;
+  const uint8_t* panels_ = nullptr;  // data_.get() or borrowed
   int64_t panel_bytes_ = 0;
 };
 
