@@ -1,0 +1,476 @@
+// Routes and handlers without sockets: a scripted Backend that records submissions and lets
+// the test play the engine loop's updates, and a Responder that records what was sent.
+#include "server/app.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics/tierserve_metrics.h"
+#include "server/sha256.h"
+
+namespace ts::server {
+namespace {
+
+using json = nlohmann::json;
+using K = serving::Update::Kind;
+
+class FakeBackend : public Backend {
+ public:
+  Result<serving::RequestId> submit(serving::GenerateRequest req, serving::Callback cb) override {
+    if (refuse) return *refuse;
+    reqs.push_back(std::move(req));
+    cbs.push_back(std::move(cb));
+    return serving::RequestId(reqs.size());
+  }
+  void cancel(serving::RequestId id) override { cancelled.push_back(id); }
+  // One token per byte: lengths are easy to reason about.
+  std::vector<int32_t> tokenize_prompt(const std::string& text) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  Result<std::vector<int32_t>> tokenize_chat(std::span<const tok::ChatMessage> m) const override {
+    std::string s;
+    for (const auto& x : m) s += x.role + ": " + x.content + "\n";
+    return std::vector<int32_t>(s.begin(), s.end());
+  }
+  int64_t max_seq_len() const override { return seq_len; }
+  serving::Stats stats() const override { return {}; }
+
+  void play(size_t i, serving::Update u) {
+    u.id = i + 1;
+    cbs[i](u);
+  }
+  void admit(size_t i, const std::string& tier) {
+    serving::Update u;
+    u.kind = K::kAdmitted;
+    u.accepted = true;
+    u.tier_requested = reqs[i].tier;
+    u.tier_served = tier;
+    play(i, u);
+  }
+  void delta(size_t i, const std::string& text) {
+    serving::Update u;
+    u.kind = K::kDelta;
+    u.text = text;
+    u.n_tokens = 1;
+    play(i, u);
+  }
+  void done(size_t i, int64_t prompt, int64_t completion) {
+    serving::Update u;
+    u.kind = K::kDone;
+    u.finish_reason = "length";
+    u.usage.prompt_tokens = prompt;
+    u.usage.completion_tokens = completion;
+    u.timings.queue_ns = 2000000;
+    u.timings.ttft_ns = 5000000;
+    play(i, u);
+  }
+
+  std::optional<Status> refuse;
+  int64_t seq_len = 64;
+  std::vector<serving::GenerateRequest> reqs;
+  std::vector<serving::Callback> cbs;
+  std::vector<serving::RequestId> cancelled;
+};
+
+class Recorder : public Responder {
+ public:
+  void respond(HttpResponse r) override {
+    ++n_responses;
+    resp = std::move(r);
+  }
+  void start_stream(HttpResponse h) override {
+    ++n_responses;
+    resp = std::move(h);
+    streaming = true;
+  }
+  void send(std::string d) override { stream += d; }
+  void end() override { ended = true; }
+  void on_disconnect(std::function<void()> fn) override { disconnect = std::move(fn); }
+
+  std::string header(const std::string& name) const {
+    for (const auto& [k, v] : resp.headers)
+      if (k == name) return v;
+    return "";
+  }
+  json body() const { return json::parse(resp.body); }
+
+  int n_responses = 0;
+  HttpResponse resp;
+  bool streaming = false, ended = false;
+  std::string stream;
+  std::function<void()> disconnect;
+};
+
+HttpRequest post(const std::string& path, const std::string& body, const std::string& key = "") {
+  HttpRequest r;
+  r.method = "POST";
+  r.path = path;
+  r.body = body;
+  if (!key.empty()) r.headers.emplace_back("authorization", "Bearer " + key);
+  return r;
+}
+
+HttpRequest get(const std::string& path, const std::string& key = "") {
+  HttpRequest r = post(path, "", key);
+  r.method = "GET";
+  return r;
+}
+
+struct AppTest : ::testing::Test {
+  void make(ServerConfig c = {}) {
+    cfg = std::move(c);
+    app = std::make_unique<App>(cfg, backend, registry.get(), clock, "test-model");
+  }
+  std::shared_ptr<Recorder> call(const HttpRequest& r, Listener l = Listener::kMain) {
+    auto rec = std::make_shared<Recorder>();
+    app->handle(r, rec, l);
+    return rec;
+  }
+  ServerConfig cfg;
+  FakeBackend backend;
+  std::unique_ptr<metrics::Registry> registry = metrics::make_tierserve_registry();
+  ManualClock clock;
+  std::unique_ptr<App> app;
+};
+
+TEST_F(AppTest, CompletionNonStreamed) {
+  make();
+  auto rec = call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":5,"temperature":0,"seed":3,"stop":"x"})"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  EXPECT_EQ(rec->n_responses, 0);  // nothing until the request ends
+  const auto& g = backend.reqs[0];
+  EXPECT_EQ(g.tier, "standard");
+  EXPECT_EQ(g.prompt.size(), 4u);
+  EXPECT_EQ(g.max_tokens, 5);
+  EXPECT_EQ(g.sampling.temperature, 0.0f);
+  EXPECT_EQ(g.sampling.seed, 3u);
+  EXPECT_EQ(g.stop, std::vector<std::string>{"x"});
+  backend.admit(0, "standard");
+  backend.delta(0, "Hel");
+  backend.delta(0, "lo");
+  backend.done(0, 4, 2);
+  ASSERT_EQ(rec->n_responses, 1);
+  EXPECT_EQ(rec->resp.status, 200);
+  const json b = rec->body();
+  EXPECT_EQ(b["object"], "text_completion");
+  EXPECT_EQ(b["model"], "test-model");
+  EXPECT_EQ(b["choices"][0]["text"], "Hello");
+  EXPECT_EQ(b["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(b["usage"]["total_tokens"], 6);
+  EXPECT_EQ(b["service_tier"], "standard");
+  EXPECT_DOUBLE_EQ(b["tierserve"]["ttft_ms"].get<double>(), 5.0);
+  EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "standard");
+  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "");
+  // Disconnect after the end still only asks for a cancel (harmless); before, it must.
+  ASSERT_TRUE(rec->disconnect);
+}
+
+TEST_F(AppTest, ChatStreamWithUsageAndInBandTierChange) {
+  make();
+  auto rec = call(post("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
+                           "stream_options":{"include_usage":true},"service_tier":"priority"})"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  EXPECT_EQ(backend.reqs[0].tier, "ultrafast");
+  EXPECT_EQ(backend.reqs[0].max_tokens, 64 - 9);  // default 256 clipped to the context ("user: hi\n")
+  backend.admit(0, "ultrafast");
+  serving::Update tc;
+  tc.kind = K::kTierChanged;
+  tc.tier_requested = "ultrafast";
+  tc.tier_served = "standard";
+  tc.reason = "queue_timeout";
+  backend.play(0, tc);
+  EXPECT_FALSE(rec->streaming);  // headers wait for the first token
+  backend.delta(0, "A");
+  ASSERT_TRUE(rec->streaming);
+  EXPECT_EQ(rec->resp.content_type, "text/event-stream");
+  EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "queue_timeout");
+  serving::Update pre;
+  pre.kind = K::kPreempted;
+  pre.reason = "kv_pressure";
+  backend.play(0, pre);
+  backend.delta(0, "B");
+  backend.done(0, 10, 2);
+  EXPECT_TRUE(rec->ended);
+  // Frame by frame.
+  std::vector<std::string> events;
+  for (size_t p = 0; p < rec->stream.size();) {
+    const size_t e = rec->stream.find("\n\n", p);
+    ASSERT_NE(e, std::string::npos) << "unterminated event in: " << rec->stream;
+    events.push_back(rec->stream.substr(p, e - p));
+    p = e + 2;
+  }
+  ASSERT_EQ(events.size(), 7u) << rec->stream;
+  EXPECT_EQ(events[0], ": tierserve tier_changed from=ultrafast to=standard reason=queue_timeout");
+  const json c1 = json::parse(events[1].substr(6));
+  EXPECT_EQ(c1["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(c1["choices"][0]["delta"]["content"], "A");
+  EXPECT_EQ(c1["service_tier"], "standard");
+  EXPECT_EQ(events[2], ": tierserve preempted tier=standard reason=kv_pressure");
+  EXPECT_EQ(json::parse(events[3].substr(6))["choices"][0]["delta"]["content"], "B");
+  EXPECT_EQ(json::parse(events[4].substr(6))["choices"][0]["finish_reason"], "length");
+  const json usage = json::parse(events[5].substr(6));
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(usage["tierserve"]["preemptions"], 1);
+  EXPECT_EQ(events[6], "data: [DONE]");
+}
+
+TEST_F(AppTest, PromotionWithinTheTierIsNoDegradation) {
+  make();
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","service_tier":"ultrafast"})"));
+  backend.admit(0, "ultrafast");
+  serving::Update tc;
+  tc.kind = K::kTierChanged;
+  tc.tier_requested = tc.tier_served = "ultrafast";  // promoted to the head of its line
+  tc.reason = "queue_timeout";
+  backend.play(0, tc);
+  backend.done(0, 1, 0);
+  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "ultrafast");
+  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "");
+  EXPECT_TRUE(rec->body()["tierserve"]["degraded_reason"].is_null());
+}
+
+TEST_F(AppTest, SchedulerRejectionsMapTo429And503WithRetryAfter) {
+  make();
+  for (auto [reason, status] : {std::pair{"queue_full", 429}, {"predicted_wait", 429}, {"overloaded", 503},
+                                {"shed_for_higher_tier", 503}}) {
+    auto rec = call(post("/v1/completions", R"({"prompt":"a","stream":true})"));
+    serving::Update u;
+    u.kind = K::kAdmitted;
+    u.accepted = false;
+    u.tier_requested = u.tier_served = "standard";
+    u.reason = reason;
+    u.message = "no room";
+    u.retry_after_ms = 2500;
+    backend.play(backend.reqs.size() - 1, u);
+    EXPECT_EQ(rec->resp.status, status) << reason;
+    EXPECT_FALSE(rec->streaming);
+    EXPECT_EQ(rec->header("Retry-After"), "3") << reason;
+    EXPECT_EQ(rec->body()["error"]["code"], reason);
+  }
+}
+
+TEST_F(AppTest, FailureMidStreamIsAnErrorEvent) {
+  make();
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","stream":true})"));
+  backend.admit(0, "standard");
+  backend.delta(0, "x");
+  serving::Update f;
+  f.kind = K::kFailed;
+  f.reason = "cancelled";
+  f.message = "server shutting down";
+  backend.play(0, f);
+  EXPECT_TRUE(rec->ended);
+  EXPECT_NE(rec->stream.find("data: {\"error\":{\"code\":\"cancelled\""), std::string::npos) << rec->stream;
+  EXPECT_NE(rec->stream.find("data: [DONE]"), std::string::npos);
+}
+
+TEST_F(AppTest, BadInputIs400BeforeQueueing) {
+  make();
+  auto r1 = call(post("/v1/completions", std::string(70, 'a').insert(0, "{\"prompt\":\"") + "\"}"));
+  EXPECT_EQ(r1->resp.status, 400);
+  EXPECT_EQ(r1->body()["error"]["code"], "context_length_exceeded");
+  auto r2 = call(post("/v1/completions", R"({"prompt":"a","service_tier":"gold"})"));
+  EXPECT_EQ(r2->resp.status, 400);
+  EXPECT_EQ(r2->body()["error"]["param"], "service_tier");
+  auto r3 = call(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"a"}],"n":2})"));
+  EXPECT_EQ(r3->resp.status, 400);
+  auto r4 = call(post("/v1/completions", R"({"prompt":"a","max_tokens":65})"));  // cap = context
+  EXPECT_EQ(r4->resp.status, 400);
+  EXPECT_TRUE(backend.reqs.empty());
+  // An explicit max_tokens within the cap but beyond the room left is clipped.
+  call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":64})"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  EXPECT_EQ(backend.reqs[0].max_tokens, 60);
+}
+
+TEST_F(AppTest, SubmitErrorsAreMapped) {
+  make();
+  backend.refuse = unavailable("draining");
+  auto r = call(post("/v1/completions", R"({"prompt":"a"})"));
+  EXPECT_EQ(r->resp.status, 503);
+  EXPECT_EQ(r->header("Retry-After"), "5");
+  backend.refuse = out_of_range("too long");
+  EXPECT_EQ(call(post("/v1/completions", R"({"prompt":"a"})"))->body()["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(AppTest, DisconnectCancels) {
+  make();
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","stream":true})"));
+  ASSERT_TRUE(rec->disconnect);
+  rec->disconnect();
+  EXPECT_EQ(backend.cancelled, std::vector<serving::RequestId>{1});
+}
+
+TEST_F(AppTest, DrainingRefusesNewWorkAndIsNotReady) {
+  make();
+  EXPECT_EQ(call(get("/health/ready"))->resp.status, 200);
+  app->begin_drain();
+  EXPECT_EQ(call(get("/health/ready"))->resp.status, 503);
+  EXPECT_EQ(call(get("/health/live"))->resp.status, 200);
+  auto r = call(post("/v1/completions", R"({"prompt":"a"})"));
+  EXPECT_EQ(r->resp.status, 503);
+  EXPECT_EQ(r->body()["error"]["code"], "draining");
+  EXPECT_FALSE(r->header("Retry-After").empty());
+}
+
+TEST_F(AppTest, RoutesModelsMetricsAnd404And405) {
+  make();
+  auto m = call(get("/v1/models"));
+  EXPECT_EQ(m->resp.status, 200);
+  EXPECT_EQ(m->body()["data"][0]["id"], "test-model");
+  auto p = call(get("/metrics"));
+  EXPECT_EQ(p->resp.status, 200);
+  EXPECT_NE(p->resp.body.find("# TYPE tierserve_requests_total counter"), std::string::npos);
+  EXPECT_EQ(call(get("/nope"))->resp.status, 404);
+  auto w = call(get("/v1/completions"));
+  EXPECT_EQ(w->resp.status, 405);
+  EXPECT_EQ(w->header("Allow"), "POST");
+  EXPECT_EQ(w->body()["error"]["code"], "method_not_allowed");
+}
+
+TEST_F(AppTest, SeparateAdminListenerOwnsMetrics) {
+  ServerConfig c;
+  c.admin.port = 0;
+  make(c);
+  EXPECT_EQ(call(get("/metrics"))->resp.status, 404);
+  EXPECT_EQ(call(get("/metrics"), Listener::kAdmin)->resp.status, 200);
+  EXPECT_EQ(call(get("/admin/stats"), Listener::kAdmin)->resp.status, 200);
+  EXPECT_EQ(call(get("/v1/models"), Listener::kAdmin)->resp.status, 404);
+}
+
+ServerConfig with_keys(OnUnentitled mode) {
+  ServerConfig c;
+  c.on_unentitled = mode;
+  KeyConfig a;
+  a.name = "limited";
+  a.sha256 = sha256_hex("sk-limited");
+  a.tiers = {"standard", "batch"};
+  a.default_tier = "batch";
+  a.requests_per_min = 2;
+  a.tokens_per_min = 1000;
+  a.max_concurrent = 1;
+  KeyConfig b;
+  b.name = "gold";
+  b.sha256 = sha256_hex("sk-gold");
+  c.keys = {a, b};
+  return c;
+}
+
+TEST_F(AppTest, KeysAreRequiredExceptForHealth) {
+  make(with_keys(OnUnentitled::kDowngrade));
+  auto none = call(post("/v1/completions", R"({"prompt":"a"})"));
+  EXPECT_EQ(none->resp.status, 401);
+  EXPECT_EQ(none->body()["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(call(post("/v1/completions", R"({"prompt":"a"})", "sk-wrong"))->resp.status, 401);
+  EXPECT_EQ(call(get("/metrics"))->resp.status, 401);
+  EXPECT_EQ(call(get("/v1/models"))->resp.status, 401);
+  EXPECT_EQ(call(get("/health/live"))->resp.status, 200);
+  EXPECT_EQ(call(get("/health/ready"))->resp.status, 200);
+  EXPECT_EQ(call(get("/v1/models", "sk-gold"))->resp.status, 200);
+  EXPECT_TRUE(backend.reqs.empty());
+}
+
+TEST_F(AppTest, UnentitledTierIsDowngradedAndToldSo) {
+  make(with_keys(OnUnentitled::kDowngrade));
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","max_tokens":4,"service_tier":"priority"})", "sk-limited"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  EXPECT_EQ(backend.reqs[0].tier, "standard");  // the best allowed tier below ultrafast
+  EXPECT_NE(backend.reqs[0].isolation_key, 0u);
+  backend.admit(0, "standard");
+  backend.done(0, 1, 0);
+  EXPECT_EQ(rec->resp.status, 200);
+  EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "not_entitled");
+  EXPECT_EQ(rec->body()["service_tier"], "standard");
+  EXPECT_EQ(rec->body()["tierserve"]["degraded_reason"], "not_entitled");
+  EXPECT_EQ(rec->header("x-ratelimit-limit-requests"), "2");
+  EXPECT_EQ(rec->header("x-ratelimit-remaining-requests"), "1");
+  EXPECT_EQ(rec->header("x-ratelimit-limit-tokens"), "1000");
+  EXPECT_EQ(rec->header("x-ratelimit-remaining-tokens"), "995");
+  EXPECT_EQ(rec->header("x-ratelimit-reset-requests"), "30s");
+  // The key's default tier applies when the request names none.
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  EXPECT_EQ(backend.reqs.at(1).tier, "batch");
+  // The degradation was counted.
+  const std::string text = call(get("/metrics", "sk-gold"))->resp.body;
+  EXPECT_NE(text.find(R"(tierserve_degradations_total{tier_requested="ultrafast",tier_served="standard",reason="not_entitled"} 1)"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(AppTest, UnentitledTierRefusedWhenConfigured) {
+  make(with_keys(OnUnentitled::kReject));
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","service_tier":"ultrafast"})", "sk-limited"));
+  EXPECT_EQ(rec->resp.status, 403);
+  EXPECT_EQ(rec->body()["error"]["code"], "tier_not_entitled");
+  EXPECT_TRUE(backend.reqs.empty());
+}
+
+TEST_F(AppTest, KeyLimitsAre429WithRetryAfter) {
+  make(with_keys(OnUnentitled::kDowngrade));
+  // Concurrency 1: the second while the first runs.
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  auto busy = call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  EXPECT_EQ(busy->resp.status, 429);
+  EXPECT_EQ(busy->body()["error"]["code"], "concurrency_limit_exceeded");
+  EXPECT_EQ(busy->header("Retry-After"), "1");
+  backend.admit(0, "batch");
+  backend.done(0, 1, 1);
+  // Requests per minute: the first and the refused one... the refused one was not charged.
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  backend.admit(1, "batch");
+  backend.done(1, 1, 1);
+  auto rpm = call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  EXPECT_EQ(rpm->resp.status, 429);
+  EXPECT_EQ(rpm->body()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(rpm->header("Retry-After"), "30");
+  EXPECT_EQ(rpm->header("x-ratelimit-remaining-requests"), "0");
+  clock.advance_ns(int64_t(30) * 1000000000);
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
+  EXPECT_EQ(backend.reqs.size(), 3u);
+  // Tokens per minute: a request that can never fit.
+  backend.admit(2, "batch");
+  backend.done(2, 1, 1);
+  ServerConfig c = with_keys(OnUnentitled::kDowngrade);
+  c.keys[0].requests_per_min = 0;
+  c.keys[0].tokens_per_min = 10;
+  make(c);
+  auto big = call(post("/v1/completions", R"({"prompt":"abc","max_tokens":20})", "sk-limited"));
+  EXPECT_EQ(big->resp.status, 429);
+  EXPECT_NE(big->body()["error"]["message"].get<std::string>().find("lower max_tokens"), std::string::npos);
+}
+
+TEST(FormatReset, OpenAiStyle) {
+  EXPECT_EQ(format_reset(20), "20ms");
+  EXPECT_EQ(format_reset(1500), "1.5s");
+  EXPECT_EQ(format_reset(360000), "6m0s");
+  EXPECT_EQ(format_reset(-5), "0ms");
+}
+
+}  // namespace
+}  // namespace ts::server
+
+namespace ts::server {
+namespace {
+
+TEST(LoadingResponse, LiveButNotReady) {
+  HttpRequest r;
+  r.method = "GET";
+  r.path = "/health/live";
+  EXPECT_EQ(loading_response(r).status, 200);
+  r.path = "/health/ready";
+  EXPECT_EQ(loading_response(r).status, 503);
+  r.path = "/v1/completions";
+  const HttpResponse c = loading_response(r);
+  EXPECT_EQ(c.status, 503);
+  EXPECT_NE(c.body.find("\"code\":\"loading\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ts::server

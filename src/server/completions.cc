@@ -1,0 +1,367 @@
+// POST /v1/chat/completions and /v1/completions: validate, resolve the tier against the
+// key's entitlements, tokenize (HTTP thread), check the context and the key's limits, then
+// submit to the serving layer. Every later event arrives through the callback on the
+// engine-loop thread and goes out through the thread-safe Responder without blocking.
+//
+// Streams send their headers with the first token (or the final update), not at
+// admission, so the x-tierserve-* headers also reflect a tier change while queued, and a
+// request rejected while queued still gets a real 429/503 status. Tier changes and
+// preemptions are also written in-band as SSE comments.
+#include <chrono>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/app.h"
+#include "server/openai_response.h"
+
+namespace ts::server {
+namespace {
+
+// The HTTP status for a request the scheduler turned away or ended, by reason name
+// (sched::reason_name): global shedding is 503, a tier's own limits 429 (DESIGN.md).
+int status_for_reason(const std::string& reason) {
+  if (reason == "overloaded" || reason == "shed_for_higher_tier" || reason == "kv_exhausted" || reason == "cancelled" ||
+      reason == "shutdown" || reason == "draining")
+    return 503;
+  if (reason == "queue_full" || reason == "predicted_wait" || reason == "queue_timeout") return 429;
+  if (reason == "too_large" || reason == "invalid_request") return 400;
+  return 500;
+}
+
+ApiError error_for_update(const serving::Update& u) {
+  const int status = status_for_reason(u.reason);
+  ApiError e;
+  e.status = status;
+  e.type = status == 400 ? "invalid_request_error" : status == 429 ? "rate_limit_error" : "server_error";
+  e.code = u.reason.empty() ? "error" : u.reason;
+  e.message = u.message.empty() ? "request ended: " + e.code : u.message;
+  if (status == 429 || status == 503) e.retry_after_ms = std::max<int64_t>(u.retry_after_ms, 1000);
+  return e;
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+// The state of one accepted exchange, touched only by the engine-loop callbacks after
+// submit (they come in order on one thread).
+struct Exchange {
+  std::shared_ptr<Responder> out;
+  ResponseHead head;
+  ServedInfo served;
+  bool stream = false;
+  bool include_usage = false;
+  Headers extra_headers;            // x-ratelimit-*, x-request-id
+  KeyState* key = nullptr;
+  int64_t max_tokens = 0;
+  int64_t prompt_tokens = 0;
+  std::string text;                 // non-streamed: the whole output
+  bool started = false;             // stream headers sent
+  bool ended = false;
+  std::vector<std::string> held;    // SSE comments before the stream started
+
+  Headers headers() const {
+    Headers h = extra_headers;
+    h.emplace_back("x-tierserve-tier-requested", served.tier_requested);
+    h.emplace_back("x-tierserve-tier-served", served.tier_served);
+    if (served.tier_served != served.tier_requested && !served.degraded_reason.empty())
+      h.emplace_back("x-tierserve-degraded-reason", served.degraded_reason);
+    return h;
+  }
+
+  void start_stream() {
+    if (started) return;
+    started = true;
+    HttpResponse r;
+    r.content_type = "text/event-stream";
+    r.headers = headers();
+    r.headers.emplace_back("Cache-Control", "no-cache");
+    out->start_stream(std::move(r));
+    for (auto& c : held) out->send(std::move(c));
+    held.clear();
+  }
+
+  void comment(std::string text_line) {
+    if (!stream) return;
+    std::string c = sse_comment(text_line);
+    if (started) out->send(std::move(c));
+    else held.push_back(std::move(c));
+  }
+
+  void release(int64_t completion_tokens, bool refund_all) {
+    if (!key) return;
+    const int64_t unused = refund_all ? max_tokens + prompt_tokens : max_tokens - completion_tokens;
+    key->release(unused);
+    key = nullptr;
+  }
+
+  void fail(const ApiError& e) {
+    if (ended) return;
+    ended = true;
+    if (stream && started) {
+      out->send(sse_data(e.to_json()));
+      out->send(std::string(kSseDone));
+      out->end();
+      return;
+    }
+    HttpResponse r = error_response(e);
+    for (auto& h : headers()) r.headers.push_back(h);
+    out->respond(std::move(r));
+  }
+
+  void on_update(const serving::Update& u) {
+    using K = serving::Update::Kind;
+    switch (u.kind) {
+      case K::kAdmitted:
+        if (!u.accepted) {
+          served.tier_served = u.tier_served.empty() ? served.tier_served : u.tier_served;
+          release(0, true);
+          fail(error_for_update(u));
+          return;
+        }
+        if (!u.tier_served.empty() && u.tier_served != served.tier_served) {
+          served.tier_served = u.tier_served;
+          served.degraded_reason = u.reason.empty() ? "downgraded" : u.reason;
+          comment("tierserve tier_changed from=" + u.tier_requested + " to=" + u.tier_served + " reason=" +
+                  served.degraded_reason);
+        }
+        return;
+      case K::kTierChanged: {
+        const std::string from = served.tier_served;
+        served.tier_served = u.tier_served;
+        // The reason explains a difference; a promotion back to (or within) the requested
+        // tier leaves none.
+        if (served.tier_served == served.tier_requested) served.degraded_reason.clear();
+        else served.degraded_reason = u.reason.empty() ? "tier_changed" : u.reason;
+        comment("tierserve tier_changed from=" + from + " to=" + u.tier_served + " reason=" +
+                (u.reason.empty() ? std::string("none") : u.reason));
+        return;
+      }
+      case K::kPreempted:
+        ++served.preemptions;
+        comment("tierserve preempted tier=" + served.tier_served + " reason=" +
+                (u.reason.empty() ? std::string("kv_pressure") : u.reason));
+        return;
+      case K::kDelta:
+        if (ended) return;
+        if (!stream) {
+          text += u.text;
+          return;
+        }
+        if (u.text.empty()) return;
+        {
+          const bool first = !started;
+          start_stream();
+          out->send(sse_data(chunk_json(head, u.text, first, "", served.tier_served)));
+        }
+        return;
+      case K::kDone: {
+        served.queue_ms = double(u.timings.queue_ns) / 1e6;
+        served.ttft_ms = double(u.timings.ttft_ns) / 1e6;
+        served.preemptions = std::max(served.preemptions, u.timings.n_preemptions);
+        UsageInfo usage{u.usage.prompt_tokens, u.usage.completion_tokens, u.usage.cached_prompt_tokens};
+        release(u.usage.completion_tokens, false);
+        if (ended) return;
+        ended = true;
+        const std::string finish = u.finish_reason.empty() ? "stop" : u.finish_reason;
+        if (!stream) {
+          HttpResponse r;
+          r.headers = headers();
+          r.body = completion_body(head, text, finish, usage, served);
+          out->respond(std::move(r));
+          return;
+        }
+        const bool first = !started;
+        start_stream();
+        out->send(sse_data(chunk_json(head, "", first, finish, served.tier_served)));
+        if (include_usage) out->send(sse_data(usage_chunk_json(head, usage, served)));
+        out->send(std::string(kSseDone));
+        out->end();
+        return;
+      }
+      case K::kFailed:
+        release(u.usage.completion_tokens, u.usage.completion_tokens == 0);
+        fail(error_for_update(u));
+        return;
+    }
+  }
+};
+
+}  // namespace
+
+void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, Endpoint ep) const {
+  KeyState* key = keys_.enabled() ? keys_.authenticate(req.header("authorization")) : nullptr;
+  if (draining()) {
+    out->respond(error_response(server_error(503, "the server is shutting down", "draining")));
+    return;
+  }
+
+  const int64_t max_seq_len = backend_.max_seq_len();
+  RequestLimits lim;
+  lim.max_tokens_cap = cfg_.limits.max_tokens_cap > 0 ? cfg_.limits.max_tokens_cap : max_seq_len;
+  lim.max_stop_strings = cfg_.limits.max_stop_strings;
+  lim.max_messages = cfg_.limits.max_messages;
+  lim.max_json_depth = cfg_.limits.max_json_depth;
+  CompletionRequest r;
+  if (auto e = parse_completion_request(req.body, ep, lim, r)) {
+    out->respond(error_response(*e));
+    return;
+  }
+
+  // Tier: named by the request, else the key's default, else the server's.
+  std::string requested;
+  if (r.service_tier) {
+    requested = resolve_tier(*r.service_tier);
+    if (requested.empty()) {
+      std::string known;
+      for (const auto& t : cfg_.sched.tiers) known += (known.empty() ? "" : ", ") + t.name;
+      for (const auto& [a, t] : cfg_.tier_aliases) known += ", " + a;
+      out->respond(error_response(bad_request("unknown service_tier '" + *r.service_tier + "' (known: " + known + ")",
+                                              "service_tier", "invalid_value")));
+      return;
+    }
+  } else {
+    requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
+  }
+  std::string tier = requested;
+  std::string entitlement_reason;
+  if (key && !key->allows_tier(requested)) {
+    if (cfg_.on_unentitled == OnUnentitled::kReject) {
+      ApiError e;
+      e.status = 403;
+      e.type = "permission_error";
+      e.code = "tier_not_entitled";
+      e.param = "service_tier";
+      e.message = "this API key may not use tier '" + requested + "'";
+      out->respond(error_response(e));
+      return;
+    }
+    // The best allowed tier below the requested one, else the key's default / best tier.
+    const int32_t want = tier_priority(requested);
+    std::string below, any;
+    int32_t below_p = INT32_MAX, any_p = INT32_MAX;
+    for (const auto& t : key->config().tiers) {
+      const int32_t p = tier_priority(t);
+      if (p >= want && p < below_p) below = t, below_p = p;
+      if (p < any_p) any = t, any_p = p;
+    }
+    tier = !below.empty() ? below : !key->config().default_tier.empty() ? key->config().default_tier : any;
+    entitlement_reason = "not_entitled";
+    count_degradation(requested, tier, entitlement_reason);
+  }
+
+  // Tokenize here, on the HTTP thread (the engine loop only decodes).
+  std::vector<int32_t> prompt;
+  if (ep == Endpoint::kChat) {
+    auto t = backend_.tokenize_chat(r.messages);
+    if (!t.is_ok()) {
+      out->respond(error_response(bad_request(t.status().message(), "messages", "invalid_value")));
+      return;
+    }
+    prompt = std::move(*t);
+  } else {
+    prompt = backend_.tokenize_prompt(r.prompt);
+  }
+  if (prompt.empty()) {
+    out->respond(error_response(bad_request("the prompt has no tokens", ep == Endpoint::kChat ? "messages" : "prompt", "invalid_value")));
+    return;
+  }
+  const int64_t n_prompt = int64_t(prompt.size());
+  if (n_prompt >= max_seq_len) {
+    out->respond(error_response(bad_request(
+        "This model's maximum context length is " + std::to_string(max_seq_len) + " tokens. However, your prompt has " +
+            std::to_string(n_prompt) + " tokens, which leaves no room for the completion.",
+        ep == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded")));
+    return;
+  }
+  // An explicit max_tokens beyond the context is clipped (finish_reason "length").
+  const int64_t max_tokens = std::min(r.max_tokens.value_or(cfg_.limits.default_max_tokens), max_seq_len - n_prompt);
+
+  auto ex = std::make_shared<Exchange>();
+  ex->out = out;
+  ex->head.endpoint = ep;
+  ex->head.id = make_response_id(ep);
+  ex->head.created = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  ex->head.model = model_id_;
+  ex->served.tier_requested = requested;
+  ex->served.tier_served = tier;
+  ex->served.degraded_reason = entitlement_reason;
+  ex->stream = r.stream;
+  ex->include_usage = r.include_usage;
+  ex->max_tokens = max_tokens;
+  ex->prompt_tokens = n_prompt;
+  ex->extra_headers.emplace_back("x-request-id", ex->head.id);
+
+  if (key) {
+    const Admission a = key->admit(n_prompt + max_tokens);
+    const KeyConfig& kc = key->config();
+    if (kc.requests_per_min > 0) {
+      ex->extra_headers.emplace_back("x-ratelimit-limit-requests", std::to_string(a.info.limit_requests));
+      ex->extra_headers.emplace_back("x-ratelimit-remaining-requests", std::to_string(a.info.remaining_requests));
+      ex->extra_headers.emplace_back("x-ratelimit-reset-requests", format_reset(a.info.reset_requests_ms));
+    }
+    if (kc.tokens_per_min > 0) {
+      ex->extra_headers.emplace_back("x-ratelimit-limit-tokens", std::to_string(a.info.limit_tokens));
+      ex->extra_headers.emplace_back("x-ratelimit-remaining-tokens", std::to_string(a.info.remaining_tokens));
+      ex->extra_headers.emplace_back("x-ratelimit-reset-tokens", format_reset(a.info.reset_tokens_ms));
+    }
+    if (a.verdict != LimitVerdict::kOk) {
+      count_rejection(tier);
+      ApiError e = server_error(429, a.message,
+                                a.verdict == LimitVerdict::kConcurrent ? "concurrency_limit_exceeded" : "rate_limit_exceeded");
+      e.retry_after_ms = std::max<int64_t>(a.retry_after_ms, 1);
+      HttpResponse resp = error_response(e);
+      for (auto& h : ex->headers()) resp.headers.push_back(h);
+      out->respond(std::move(resp));
+      return;
+    }
+    ex->key = key;
+  }
+
+  serving::GenerateRequest g;
+  g.tier = tier;
+  g.prompt = std::move(prompt);
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = float(r.temperature);
+  g.sampling.top_p = float(r.top_p);
+  g.sampling.top_k = r.top_k;
+  g.sampling.min_p = float(r.min_p);
+  g.sampling.frequency_penalty = float(r.frequency_penalty);
+  g.sampling.presence_penalty = float(r.presence_penalty);
+  g.sampling.repeat_penalty = float(r.repetition_penalty);
+  g.sampling.seed = r.seed ? uint64_t(*r.seed) : random_seed();
+  g.stop = r.stop;
+  g.ignore_eos = r.ignore_eos;
+  if (key) g.isolation_key = std::stoull(key->config().sha256.substr(0, 16), nullptr, 16);
+
+  auto submitted = backend_.submit(std::move(g), [ex](const serving::Update& u) { ex->on_update(u); });
+  if (!submitted.is_ok()) {
+    // Nothing was queued: no callback will come, so answer and release here.
+    ex->release(0, true);
+    const Status& st = submitted.status();
+    ApiError e;
+    if (st.code() == StatusCode::kUnavailable) {
+      e = server_error(503, st.message(), "draining");
+      e.retry_after_ms = 5000;
+    } else if (st.code() == StatusCode::kOutOfRange) {
+      e = bad_request(st.message(), ep == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
+    } else if (st.code() == StatusCode::kInvalidArgument) {
+      e = bad_request(st.message(), "", "invalid_value");
+    } else {
+      e = server_error(500, st.message(), "internal_error");
+    }
+    ex->ended = true;
+    HttpResponse resp = error_response(e);
+    for (auto& h : ex->headers()) resp.headers.push_back(h);
+    out->respond(std::move(resp));
+    return;
+  }
+  // A client that goes away cancels its request (the service ends it within one step).
+  const serving::RequestId id = *submitted;
+  Backend* backend = &backend_;
+  out->on_disconnect([backend, id] { backend->cancel(id); });
+}
+
+}  // namespace ts::server

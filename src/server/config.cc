@@ -1,0 +1,404 @@
+// YAML -> ServerConfig. yaml-cpp throws; every call into it is inside parse_config's
+// try block, and type errors are reported with the path of the offending key.
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace ts::server {
+namespace {
+
+// A parse error with the key's path, thrown inside the parser and turned into a Status.
+struct ConfigParseError {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& msg) { throw ConfigParseError{path + ": " + msg}; }
+
+std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+void check_keys(const YAML::Node& n, const std::string& path, std::initializer_list<const char*> allowed) {
+  if (!n.IsMap()) fail(path.empty() ? "(top level)" : path, "expected a mapping");
+  for (const auto& kv : n) {
+    const std::string k = kv.first.as<std::string>();
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || k == a;
+    if (!ok) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      fail(join(path, k), "unknown key (expected one of: " + list + ")");
+    }
+  }
+}
+
+std::string scalar(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) fail(path, "expected a scalar value");
+  return n.Scalar();
+}
+
+int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
+  const std::string s = scalar(n, path);
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used, 0);
+  } catch (...) {
+    fail(path, "expected an integer, got '" + s + "'");
+  }
+  if (used != s.size()) fail(path, "expected an integer, got '" + s + "'");
+  if (v < lo || v > hi) fail(path, std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+double get_double(const YAML::Node& n, const std::string& path) {
+  const std::string s = scalar(n, path);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    fail(path, "expected a number, got '" + s + "'");
+  }
+  if (used != s.size() || !std::isfinite(v)) fail(path, "expected a finite number, got '" + s + "'");
+  return v;
+}
+
+bool get_bool(const YAML::Node& n, const std::string& path) {
+  const std::string s = scalar(n, path);
+  if (s == "true" || s == "on" || s == "yes") return true;
+  if (s == "false" || s == "off" || s == "no") return false;
+  fail(path, "expected true or false, got '" + s + "'");
+}
+
+std::string get_str(const YAML::Node& n, const std::string& path) { return scalar(n, path); }
+
+std::vector<std::string> get_str_list(const YAML::Node& n, const std::string& path) {
+  if (!n.IsSequence()) fail(path, "expected a list");
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n.size(); ++i) v.push_back(scalar(n[i], path + "[" + std::to_string(i) + "]"));
+  return v;
+}
+
+constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
+constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
+
+void parse_listen(const YAML::Node& n, const std::string& path, ListenConfig& l, int64_t min_port) {
+  check_keys(n, path, {"host", "port"});
+  if (n["host"]) l.host = get_str(n["host"], path + ".host");
+  if (n["port"]) l.port = int32_t(get_int(n["port"], path + ".port", min_port, 65535));
+}
+
+void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::Node& v, const std::string& path) {
+  if (key == "name") {
+    t.name = get_str(v, path);
+  } else if (key == "priority") {
+    t.priority = int32_t(get_int(v, path, 0, kI32));
+  } else if (key == "share_min") {
+    t.share_min = get_double(v, path);
+  } else if (key == "share_max") {
+    t.share_max = get_double(v, path);
+  } else if (key == "borrow") {
+    t.borrow = get_bool(v, path);
+  } else if (key == "max_queue_wait_ms") {
+    t.max_queue_wait_ms = get_int(v, path, 0, kI64 / 1000000);
+  } else if (key == "on_timeout") {
+    auto r = sched::parse_on_timeout(get_str(v, path));
+    if (!r.is_ok()) fail(path, r.status().message());
+    t.on_timeout = *r;
+  } else if (key == "max_queued_requests") {
+    t.max_queued_requests = int32_t(get_int(v, path, 0, kI32));
+  } else if (key == "max_queued_tokens") {
+    t.max_queued_tokens = get_int(v, path, 0, kI64);
+  } else if (key == "max_batch") {
+    t.max_batch = int32_t(get_int(v, path, 1, kI32));
+  } else if (key == "speculative") {
+    t.speculative = get_bool(v, path);
+  } else if (key == "preemption_budget") {
+    t.preemption_budget = int32_t(get_int(v, path, 0, kI32));
+  } else if (key == "queue") {
+    auto r = sched::parse_queue_kind(get_str(v, path));
+    if (!r.is_ok()) fail(path, r.status().message());
+    t.queue = *r;
+  } else {
+    fail(path,
+         "unknown tier field (expected name, priority, share_min, share_max, borrow, max_queue_wait_ms, on_timeout, "
+         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, queue)");
+  }
+}
+
+// A tier given in the file starts from the default tier of the same name when there is
+// one (so `- {name: standard, max_queued_requests: 8}` changes one field), else from the
+// TierConfig defaults.
+sched::TierConfig parse_tier(const YAML::Node& n, const std::string& path, int32_t index) {
+  if (!n.IsMap()) fail(path, "expected a mapping");
+  if (!n["name"]) fail(path, "a tier needs a name");
+  const std::string name = get_str(n["name"], path + ".name");
+  sched::TierConfig t;
+  t.priority = index;
+  for (const auto& d : sched::default_config().tiers)
+    if (d.name == name) t = d;
+  t.name = name;
+  for (const auto& kv : n) {
+    const std::string k = kv.first.as<std::string>();
+    set_tier_field(t, k, kv.second, path + "." + k);
+  }
+  return t;
+}
+
+KeyConfig parse_key(const YAML::Node& n, const std::string& path) {
+  check_keys(n, path, {"name", "sha256", "tiers", "default_tier", "requests_per_min", "tokens_per_min", "max_concurrent"});
+  KeyConfig k;
+  if (n["name"]) k.name = get_str(n["name"], path + ".name");
+  if (!n["sha256"]) fail(path, "a key needs sha256 (the hash of the key: tierserve serve --hash-key KEY)");
+  k.sha256 = get_str(n["sha256"], path + ".sha256");
+  if (n["tiers"]) k.tiers = get_str_list(n["tiers"], path + ".tiers");
+  if (n["default_tier"]) k.default_tier = get_str(n["default_tier"], path + ".default_tier");
+  if (n["requests_per_min"]) k.requests_per_min = get_int(n["requests_per_min"], path + ".requests_per_min", 0, kI64 / 2);
+  if (n["tokens_per_min"]) k.tokens_per_min = get_int(n["tokens_per_min"], path + ".tokens_per_min", 0, kI64 / 2);
+  if (n["max_concurrent"]) k.max_concurrent = int32_t(get_int(n["max_concurrent"], path + ".max_concurrent", 0, kI32));
+  return k;
+}
+
+void parse_root(const YAML::Node& root, ServerConfig& c) {
+  if (!root || root.IsNull()) return;  // an empty file: all defaults
+  check_keys(root, "", {"listen", "admin", "model", "engine", "scheduling", "scheduler", "tiers", "tier_aliases",
+                        "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys"});
+  if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
+  if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
+  if (const YAML::Node m = root["model"]) {
+    check_keys(m, "model", {"path", "threads", "flash_attn"});
+    if (m["path"]) c.model.path = get_str(m["path"], "model.path");
+    if (m["threads"]) c.model.threads = int32_t(get_int(m["threads"], "model.threads", 0, 1024));
+    if (m["flash_attn"]) c.model.flash_attn = get_bool(m["flash_attn"], "model.flash_attn");
+  }
+  if (const YAML::Node e = root["engine"]) {
+    check_keys(e, "engine", {"kv_bytes", "block_size", "max_seq_len", "max_step_tokens", "prefix_cache"});
+    if (e["kv_bytes"]) c.engine.kv_bytes = uint64_t(get_int(e["kv_bytes"], "engine.kv_bytes", 0, kI64));
+    if (e["block_size"]) c.engine.block_size = int32_t(get_int(e["block_size"], "engine.block_size", 1, 4096));
+    if (e["max_seq_len"]) c.engine.max_seq_len = get_int(e["max_seq_len"], "engine.max_seq_len", 0, 1 << 24);
+    if (e["max_step_tokens"]) c.engine.max_step_tokens = get_int(e["max_step_tokens"], "engine.max_step_tokens", 1, 1 << 20);
+    if (e["prefix_cache"]) c.engine.prefix_cache = get_bool(e["prefix_cache"], "engine.prefix_cache");
+  }
+  if (root["scheduling"]) {
+    const std::string s = get_str(root["scheduling"], "scheduling");
+    if (s == "tiered") c.fifo = false;
+    else if (s == "fifo") c.fifo = true;
+    else fail("scheduling", "expected tiered or fifo, got '" + s + "'");
+  }
+  if (const YAML::Node s = root["scheduler"]) {
+    check_keys(s, "scheduler", {"step_token_budget", "max_chunk_tokens", "max_queued_requests_total",
+                                "max_queued_tokens_total", "service_rate_window_ms", "kv_reserve_tokens"});
+    auto& q = c.sched;
+    if (s["step_token_budget"]) q.step_token_budget = get_int(s["step_token_budget"], "scheduler.step_token_budget", 1, 1 << 24);
+    if (s["max_chunk_tokens"]) q.max_chunk_tokens = get_int(s["max_chunk_tokens"], "scheduler.max_chunk_tokens", 0, 1 << 24);
+    if (s["max_queued_requests_total"])
+      q.max_queued_requests_total = int32_t(get_int(s["max_queued_requests_total"], "scheduler.max_queued_requests_total", 0, kI32));
+    if (s["max_queued_tokens_total"])
+      q.max_queued_tokens_total = get_int(s["max_queued_tokens_total"], "scheduler.max_queued_tokens_total", 0, kI64);
+    if (s["service_rate_window_ms"])
+      q.service_rate_window_ms = get_int(s["service_rate_window_ms"], "scheduler.service_rate_window_ms", 1, kI64 / 1000000);
+    if (s["kv_reserve_tokens"]) q.kv_reserve_tokens = get_int(s["kv_reserve_tokens"], "scheduler.kv_reserve_tokens", 0, 1 << 24);
+  }
+  if (const YAML::Node t = root["tiers"]) {
+    if (!t.IsSequence()) fail("tiers", "expected a list of tiers");
+    c.sched.tiers.clear();
+    for (size_t i = 0; i < t.size(); ++i)
+      c.sched.tiers.push_back(parse_tier(t[i], "tiers[" + std::to_string(i) + "]", int32_t(i)));
+  }
+  if (const YAML::Node a = root["tier_aliases"]) {
+    if (!a.IsMap()) fail("tier_aliases", "expected a mapping of alias: tier");
+    c.tier_aliases.clear();
+    for (const auto& kv : a) {
+      const std::string k = kv.first.as<std::string>();
+      c.tier_aliases[k] = get_str(kv.second, "tier_aliases." + k);
+    }
+  }
+  if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
+  if (const YAML::Node l = root["limits"]) {
+    check_keys(l, "limits", {"max_header_bytes", "max_body_bytes", "max_tokens_cap", "default_max_tokens",
+                             "max_stop_strings", "max_messages", "max_json_depth"});
+    auto& m = c.limits;
+    if (l["max_header_bytes"]) m.max_header_bytes = get_int(l["max_header_bytes"], "limits.max_header_bytes", 512, 1 << 24);
+    if (l["max_body_bytes"]) m.max_body_bytes = get_int(l["max_body_bytes"], "limits.max_body_bytes", 64, int64_t(1) << 32);
+    if (l["max_tokens_cap"]) m.max_tokens_cap = get_int(l["max_tokens_cap"], "limits.max_tokens_cap", 0, 1 << 24);
+    if (l["default_max_tokens"]) m.default_max_tokens = get_int(l["default_max_tokens"], "limits.default_max_tokens", 1, 1 << 24);
+    if (l["max_stop_strings"]) m.max_stop_strings = int32_t(get_int(l["max_stop_strings"], "limits.max_stop_strings", 0, 1024));
+    if (l["max_messages"]) m.max_messages = int32_t(get_int(l["max_messages"], "limits.max_messages", 1, 1 << 20));
+    if (l["max_json_depth"]) m.max_json_depth = int32_t(get_int(l["max_json_depth"], "limits.max_json_depth", 4, 512));
+  }
+  if (const YAML::Node h = root["http"]) {
+    check_keys(h, "http", {"threads", "idle_timeout_ms", "read_timeout_ms", "write_timeout_ms"});
+    if (h["threads"]) c.http.threads = int32_t(get_int(h["threads"], "http.threads", 1, 256));
+    if (h["idle_timeout_ms"]) c.http.idle_timeout_ms = get_int(h["idle_timeout_ms"], "http.idle_timeout_ms", 1, kI64 / 1000000);
+    if (h["read_timeout_ms"]) c.http.read_timeout_ms = get_int(h["read_timeout_ms"], "http.read_timeout_ms", 1, kI64 / 1000000);
+    if (h["write_timeout_ms"]) c.http.write_timeout_ms = get_int(h["write_timeout_ms"], "http.write_timeout_ms", 1, kI64 / 1000000);
+  }
+  if (root["drain_timeout_ms"]) c.drain_timeout_ms = get_int(root["drain_timeout_ms"], "drain_timeout_ms", 0, kI64 / 1000000);
+  if (root["on_unentitled"]) {
+    const std::string s = get_str(root["on_unentitled"], "on_unentitled");
+    if (s == "downgrade") c.on_unentitled = OnUnentitled::kDowngrade;
+    else if (s == "reject") c.on_unentitled = OnUnentitled::kReject;
+    else fail("on_unentitled", "expected downgrade or reject, got '" + s + "'");
+  }
+  if (const YAML::Node k = root["keys"]) {
+    if (k.IsNull()) return;
+    if (!k.IsSequence()) fail("keys", "expected a list of keys");
+    for (size_t i = 0; i < k.size(); ++i) c.keys.push_back(parse_key(k[i], "keys[" + std::to_string(i) + "]"));
+  }
+}
+
+bool is_hex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char ch : s)
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<ServerConfig> parse_config(std::string_view yaml_text, std::string_view origin) {
+  ServerConfig c;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    parse_root(root, c);
+  } catch (const ConfigParseError& e) {
+    return invalid_argument(std::string(origin) + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(std::string(origin) + ": " + e.what());
+  } catch (const std::exception& e) {
+    return invalid_argument(std::string(origin) + ": " + e.what());
+  }
+  return c;
+}
+
+Result<ServerConfig> load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot read config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+Status validate(const ServerConfig& c) {
+  if (auto e = sched::check_config(c.sched)) return e->to_status();
+  std::set<std::string> tiers;
+  for (const auto& t : c.sched.tiers) tiers.insert(t.name);
+  auto is_tier = [&](const std::string& n) { return tiers.count(n) > 0; };
+  if (!is_tier(c.default_tier)) return invalid_argument("default_tier '" + c.default_tier + "' is not a configured tier");
+  for (const auto& [alias, tier] : c.tier_aliases)
+    if (!is_tier(tier)) return invalid_argument("tier_aliases." + alias + ": '" + tier + "' is not a configured tier");
+  if (c.listen.port < 0 || c.listen.port > 65535) return invalid_argument("listen.port out of range");
+  if (c.admin.port >= 0 && c.admin.port == c.listen.port && c.listen.port != 0 && c.admin.host == c.listen.host)
+    return invalid_argument("admin and listen use the same address");
+  if (c.limits.max_tokens_cap < 0 || c.limits.default_max_tokens < 1) return invalid_argument("limits: tokens out of range");
+  if (c.http.threads < 1) return invalid_argument("http.threads must be >= 1");
+  std::set<std::string> hashes;
+  for (size_t i = 0; i < c.keys.size(); ++i) {
+    const KeyConfig& k = c.keys[i];
+    const std::string p = "keys[" + std::to_string(i) + "]";
+    if (!is_hex64(k.sha256)) return invalid_argument(p + ".sha256: expected 64 lowercase hex digits (tierserve serve --hash-key KEY)");
+    if (!hashes.insert(k.sha256).second) return invalid_argument(p + ".sha256: the same key is listed twice");
+    for (const auto& t : k.tiers)
+      if (!is_tier(t)) return invalid_argument(p + ".tiers: '" + t + "' is not a configured tier");
+    if (!k.default_tier.empty()) {
+      if (!is_tier(k.default_tier)) return invalid_argument(p + ".default_tier: '" + k.default_tier + "' is not a configured tier");
+      bool allowed = k.tiers.empty();
+      for (const auto& t : k.tiers) allowed = allowed || t == k.default_tier;
+      if (!allowed) return invalid_argument(p + ".default_tier: '" + k.default_tier + "' is not among the key's tiers");
+    }
+    if (k.requests_per_min < 0 || k.tokens_per_min < 0 || k.max_concurrent < 0)
+      return invalid_argument(p + ": limits must be >= 0");
+  }
+  return Status::ok();
+}
+
+Status apply_tier_override(ServerConfig& c, std::string_view assignment) {
+  const size_t dot = assignment.find('.');
+  const size_t eq = assignment.find('=');
+  if (dot == std::string_view::npos || eq == std::string_view::npos || dot > eq)
+    return invalid_argument("--tier '" + std::string(assignment) + "': expected NAME.FIELD=VALUE");
+  const std::string name(assignment.substr(0, dot));
+  const std::string field(assignment.substr(dot + 1, eq - dot - 1));
+  const std::string value(assignment.substr(eq + 1));
+  for (auto& t : c.sched.tiers) {
+    if (t.name != name) continue;
+    try {
+      set_tier_field(t, field, YAML::Node(value), "--tier " + name + "." + field);
+    } catch (const ConfigParseError& e) {
+      return invalid_argument(e.message);
+    }
+    return Status::ok();
+  }
+  return invalid_argument("--tier '" + std::string(assignment) + "': no tier named '" + name + "'");
+}
+
+std::string to_yaml(const ServerConfig& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "listen" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << c.listen.host
+      << YAML::Key << "port" << YAML::Value << c.listen.port << YAML::EndMap;
+  out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap << YAML::Key << "host" << YAML::Value << c.admin.host
+      << YAML::Key << "port" << YAML::Value << c.admin.port << YAML::EndMap;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << c.model.path
+      << YAML::Key << "threads" << YAML::Value << c.model.threads << YAML::Key << "flash_attn" << YAML::Value
+      << c.model.flash_attn << YAML::EndMap;
+  out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_bytes" << YAML::Value
+      << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key
+      << "max_seq_len" << YAML::Value << c.engine.max_seq_len << YAML::Key << "max_step_tokens" << YAML::Value
+      << c.engine.max_step_tokens << YAML::Key << "prefix_cache" << YAML::Value << c.engine.prefix_cache << YAML::EndMap;
+  out << YAML::Key << "scheduling" << YAML::Value << (c.fifo ? "fifo" : "tiered");
+  out << YAML::Key << "scheduler" << YAML::Value << YAML::BeginMap << YAML::Key << "step_token_budget" << YAML::Value
+      << c.sched.step_token_budget << YAML::Key << "max_chunk_tokens" << YAML::Value << c.sched.max_chunk_tokens
+      << YAML::Key << "max_queued_requests_total" << YAML::Value << c.sched.max_queued_requests_total << YAML::Key
+      << "max_queued_tokens_total" << YAML::Value << c.sched.max_queued_tokens_total << YAML::Key
+      << "service_rate_window_ms" << YAML::Value << c.sched.service_rate_window_ms << YAML::Key << "kv_reserve_tokens"
+      << YAML::Value << c.sched.kv_reserve_tokens << YAML::EndMap;
+  out << YAML::Key << "tiers" << YAML::Value << YAML::BeginSeq;
+  for (const auto& t : c.sched.tiers) {
+    out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "priority" << YAML::Value
+        << t.priority << YAML::Key << "share_min" << YAML::Value << t.share_min << YAML::Key << "share_max"
+        << YAML::Value << t.share_max << YAML::Key << "borrow" << YAML::Value << t.borrow << YAML::Key
+        << "max_queue_wait_ms" << YAML::Value << t.max_queue_wait_ms << YAML::Key << "on_timeout" << YAML::Value
+        << sched::to_string(t.on_timeout) << YAML::Key << "max_queued_requests" << YAML::Value << t.max_queued_requests
+        << YAML::Key << "max_queued_tokens" << YAML::Value << t.max_queued_tokens << YAML::Key << "max_batch"
+        << YAML::Value << t.max_batch << YAML::Key << "speculative" << YAML::Value << t.speculative << YAML::Key
+        << "preemption_budget" << YAML::Value << t.preemption_budget << YAML::Key << "queue" << YAML::Value
+        << (t.queue == sched::QueueKind::kFcfs ? "fcfs" : "shortest_prompt_first") << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "tier_aliases" << YAML::Value << YAML::BeginMap;
+  for (const auto& [a, t] : c.tier_aliases) out << YAML::Key << a << YAML::Value << t;
+  out << YAML::EndMap;
+  out << YAML::Key << "default_tier" << YAML::Value << c.default_tier;
+  out << YAML::Key << "limits" << YAML::Value << YAML::BeginMap << YAML::Key << "max_header_bytes" << YAML::Value
+      << c.limits.max_header_bytes << YAML::Key << "max_body_bytes" << YAML::Value << c.limits.max_body_bytes
+      << YAML::Key << "max_tokens_cap" << YAML::Value << c.limits.max_tokens_cap << YAML::Key << "default_max_tokens"
+      << YAML::Value << c.limits.default_max_tokens << YAML::Key << "max_stop_strings" << YAML::Value
+      << c.limits.max_stop_strings << YAML::Key << "max_messages" << YAML::Value << c.limits.max_messages << YAML::Key
+      << "max_json_depth" << YAML::Value << c.limits.max_json_depth << YAML::EndMap;
+  out << YAML::Key << "http" << YAML::Value << YAML::BeginMap << YAML::Key << "threads" << YAML::Value << c.http.threads
+      << YAML::Key << "idle_timeout_ms" << YAML::Value << c.http.idle_timeout_ms << YAML::Key << "read_timeout_ms"
+      << YAML::Value << c.http.read_timeout_ms << YAML::Key << "write_timeout_ms" << YAML::Value
+      << c.http.write_timeout_ms << YAML::EndMap;
+  out << YAML::Key << "drain_timeout_ms" << YAML::Value << c.drain_timeout_ms;
+  out << YAML::Key << "on_unentitled" << YAML::Value
+      << (c.on_unentitled == OnUnentitled::kDowngrade ? "downgrade" : "reject");
+  out << YAML::Key << "keys" << YAML::Value << YAML::BeginSeq;
+  for (const auto& k : c.keys) {
+    out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << k.name << YAML::Key << "sha256" << YAML::Value
+        << k.sha256 << YAML::Key << "tiers" << YAML::Value << YAML::Flow << k.tiers << YAML::Key << "default_tier"
+        << YAML::Value << k.default_tier << YAML::Key << "requests_per_min" << YAML::Value << k.requests_per_min
+        << YAML::Key << "tokens_per_min" << YAML::Value << k.tokens_per_min << YAML::Key << "max_concurrent"
+        << YAML::Value << k.max_concurrent << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace ts::server

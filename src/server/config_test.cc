@@ -1,0 +1,177 @@
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "server/sha256.h"
+
+namespace ts::server {
+namespace {
+
+TEST(ServerConfig, EmptyFileIsAllDefaults) {
+  auto c = parse_config("");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->listen.port, 8080);
+  EXPECT_EQ(c->admin.port, -1);
+  ASSERT_EQ(c->sched.tiers.size(), 3u);
+  EXPECT_EQ(c->sched.tiers[0].name, "ultrafast");
+  EXPECT_EQ(c->default_tier, "standard");
+  EXPECT_EQ(c->tier_aliases.at("priority"), "ultrafast");
+  EXPECT_EQ(c->tier_aliases.at("flex"), "batch");
+  EXPECT_TRUE(validate(*c).is_ok());
+}
+
+TEST(ServerConfig, TheShippedDefaultFileParsesAndValidates) {
+  auto c = load_config(std::string(TS_SOURCE_DIR) + "/config/tierserve.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(validate(*c).is_ok()) << validate(*c).to_string();
+  EXPECT_TRUE(c->keys.empty());
+  ASSERT_EQ(c->sched.tiers.size(), 3u);
+  const auto def = sched::default_config();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(c->sched.tiers[i].name, def.tiers[i].name);
+    EXPECT_EQ(c->sched.tiers[i].share_min, def.tiers[i].share_min);
+    EXPECT_EQ(c->sched.tiers[i].share_max, def.tiers[i].share_max);
+    EXPECT_EQ(c->sched.tiers[i].max_queue_wait_ms, def.tiers[i].max_queue_wait_ms);
+    EXPECT_EQ(c->sched.tiers[i].on_timeout, def.tiers[i].on_timeout);
+  }
+}
+
+TEST(ServerConfig, FullFile) {
+  const std::string hash = sha256_hex("sk-test");
+  const std::string y = R"(
+listen: {host: 0.0.0.0, port: 0}
+admin: {host: 127.0.0.1, port: 9090}
+model: {path: /m.gguf, threads: 3, flash_attn: false}
+engine: {kv_bytes: 1048576, block_size: 32, max_seq_len: 256, max_step_tokens: 128, prefix_cache: off}
+scheduling: fifo
+scheduler: {step_token_budget: 64, max_queued_requests_total: 10}
+tiers:
+  - name: fast
+    priority: 0
+    share_max: 0.4
+    borrow: true
+    max_queue_wait_ms: 100
+    on_timeout: downgrade:slow
+  - {name: slow, priority: 1, share_min: 0.5, max_queued_requests: 2, queue: shortest_prompt_first}
+tier_aliases: {priority: fast, default: slow, auto: slow, flex: slow}
+default_tier: slow
+limits: {max_body_bytes: 1000, max_tokens_cap: 64}
+http: {threads: 3}
+drain_timeout_ms: 500
+on_unentitled: reject
+keys:
+  - {name: a, sha256: )" + hash + R"(, tiers: [slow], requests_per_min: 5, tokens_per_min: 100, max_concurrent: 1}
+)";
+  auto c = parse_config(y);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(validate(*c).is_ok()) << validate(*c).to_string();
+  EXPECT_EQ(c->listen.host, "0.0.0.0");
+  EXPECT_EQ(c->listen.port, 0);
+  EXPECT_EQ(c->admin.port, 9090);
+  EXPECT_EQ(c->model.path, "/m.gguf");
+  EXPECT_FALSE(c->model.flash_attn);
+  EXPECT_EQ(c->engine.kv_bytes, 1048576u);
+  EXPECT_FALSE(c->engine.prefix_cache);
+  EXPECT_TRUE(c->fifo);
+  EXPECT_EQ(c->sched.step_token_budget, 64);
+  ASSERT_EQ(c->sched.tiers.size(), 2u);
+  EXPECT_EQ(c->sched.tiers[0].on_timeout.action, sched::TimeoutAction::kDowngrade);
+  EXPECT_EQ(c->sched.tiers[0].on_timeout.target, "slow");
+  EXPECT_EQ(c->sched.tiers[1].queue, sched::QueueKind::kShortestPromptFirst);
+  EXPECT_EQ(c->limits.max_body_bytes, 1000);
+  EXPECT_EQ(c->on_unentitled, OnUnentitled::kReject);
+  ASSERT_EQ(c->keys.size(), 1u);
+  EXPECT_EQ(c->keys[0].sha256, hash);
+  EXPECT_EQ(c->keys[0].max_concurrent, 1);
+  // Round trip through to_yaml.
+  auto again = parse_config(to_yaml(*c));
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << to_yaml(*c);
+  EXPECT_EQ(to_yaml(*again), to_yaml(*c));
+}
+
+TEST(ServerConfig, ATierNamedLikeADefaultStartsFromIt) {
+  auto c = parse_config("tiers:\n  - {name: ultrafast, max_queued_requests: 3}\n  - {name: standard}\n  - {name: batch}\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->sched.tiers[0].max_queued_requests, 3);
+  EXPECT_EQ(c->sched.tiers[0].max_queue_wait_ms, 200);  // from the default ultrafast
+  EXPECT_TRUE(c->sched.tiers[0].borrow);
+}
+
+struct Bad {
+  const char* yaml;
+  const char* needle;  // must appear in the message
+};
+
+TEST(ServerConfig, BadFilesNameTheProblem) {
+  const Bad cases[] = {
+      {"listen: [1, 2", "error at line 1"},                               // YAML syntax
+      {"lisen: {port: 1}", "lisen: unknown key"},                         // typo
+      {"listen: {port: 70000}", "listen.port"},                           // range
+      {"listen: {port: abc}", "expected an integer"},
+      {"tiers: {name: x}", "tiers: expected a list"},
+      {"tiers:\n  - {priority: 1}", "a tier needs a name"},
+      {"tiers:\n  - {name: a, share_min: lots}", "tiers[0].share_min"},
+      {"tiers:\n  - {name: a, on_timeout: explode}", "on_timeout"},
+      {"tiers:\n  - {name: a, colour: red}", "unknown tier field"},
+      {"scheduling: lottery", "expected tiered or fifo"},
+      {"on_unentitled: shrug", "expected downgrade or reject"},
+      {"keys:\n  - {name: a}", "needs sha256"},
+      {"keys:\n  - {name: a, sha256: x, extra: 1}", "keys[0].extra"},
+      {"model: {threads: -1}", "model.threads"},
+      {"engine: {prefix_cache: maybe}", "expected true or false"},
+      {"limits: {max_body_bytes: 1.5}", "expected an integer"},
+  };
+  for (const Bad& b : cases) {
+    auto c = parse_config(b.yaml, "test.yaml");
+    ASSERT_FALSE(c.is_ok()) << b.yaml;
+    EXPECT_NE(c.status().message().find(b.needle), std::string::npos) << b.yaml << " -> " << c.status().message();
+    EXPECT_NE(c.status().message().find("test.yaml"), std::string::npos);
+  }
+}
+
+TEST(ServerConfig, ValidateCatchesCrossFieldErrors) {
+  const std::string h = sha256_hex("k");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"tiers:\n  - {name: a, share_min: 0.8}\n  - {name: b, share_min: 0.8}\ndefault_tier: a\ntier_aliases: {}",
+       "share_min_sum_above_one"},
+      {"default_tier: gold", "default_tier 'gold'"},
+      {"tier_aliases: {priority: gold}", "tier_aliases.priority"},
+      {"keys:\n  - {sha256: abc}", "64 lowercase hex"},
+      {"keys:\n  - {sha256: " + h + ", tiers: [gold]}", "'gold' is not a configured tier"},
+      {"keys:\n  - {sha256: " + h + ", tiers: [batch], default_tier: standard}", "not among the key's tiers"},
+      {"keys:\n  - {sha256: " + h + "}\n  - {sha256: " + h + "}", "listed twice"},
+      {"admin: {port: 8080}", "same address"},
+  };
+  for (const auto& [yaml, needle] : cases) {
+    auto c = parse_config(yaml);
+    ASSERT_TRUE(c.is_ok()) << yaml << c.status().to_string();
+    const Status st = validate(*c);
+    EXPECT_FALSE(st.is_ok()) << yaml;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  }
+}
+
+TEST(ServerConfig, TierOverrides) {
+  ServerConfig c;
+  ASSERT_TRUE(apply_tier_override(c, "standard.max_queued_requests=4").is_ok());
+  EXPECT_EQ(c.sched.tiers[1].max_queued_requests, 4);
+  ASSERT_TRUE(apply_tier_override(c, "ultrafast.on_timeout=downgrade:standard").is_ok());
+  EXPECT_EQ(c.sched.tiers[0].on_timeout.target, "standard");
+  ASSERT_TRUE(apply_tier_override(c, "batch.borrow=true").is_ok());
+  EXPECT_TRUE(c.sched.tiers[2].borrow);
+  EXPECT_FALSE(apply_tier_override(c, "gold.priority=1").is_ok());
+  EXPECT_FALSE(apply_tier_override(c, "standard.bogus=1").is_ok());
+  EXPECT_FALSE(apply_tier_override(c, "standard.max_batch=0").is_ok());
+  EXPECT_FALSE(apply_tier_override(c, "nonsense").is_ok());
+}
+
+TEST(ServerConfig, MissingFileIsNotFound) {
+  auto c = load_config("/nonexistent/tierserve.yaml");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ts::server

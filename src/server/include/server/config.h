@@ -1,0 +1,119 @@
+// The server's configuration: one YAML file (config/tierserve.yaml is the default), every
+// field with a default, so an empty file is a valid config. Unknown keys are errors (a
+// typo must not silently fall back to a default). The command line overrides fields after
+// the file is read (tools/cmd_serve.cc); validate() then checks the whole.
+//
+//   listen: {host, port}             admin: {host, port}  (port -1: no separate listener)
+//   model: {path, threads, flash_attn}
+//   engine: {kv_bytes, block_size, max_seq_len, max_step_tokens, prefix_cache}
+//   scheduling: tiered | fifo
+//   scheduler: {step_token_budget, max_chunk_tokens, max_queued_requests_total, ...}
+//   tiers: [ {name, priority, share_min, share_max, borrow, max_queue_wait_ms,
+//             on_timeout, max_queued_requests, max_queued_tokens, max_batch,
+//             speculative, preemption_budget, queue} ]
+//   tier_aliases: {priority: ultrafast, default: standard, auto: standard, flex: batch}
+//   default_tier: standard
+//   limits: {max_header_bytes, max_body_bytes, max_tokens_cap, default_max_tokens, ...}
+//   http: {threads, idle_timeout_ms, read_timeout_ms, write_timeout_ms}
+//   drain_timeout_ms: 30000
+//   on_unentitled: downgrade | reject
+//   keys: [ {name, sha256, tiers, default_tier, requests_per_min, tokens_per_min,
+//            max_concurrent} ]
+// docs/server.md is the reference with every default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "sched/config.h"
+
+namespace ts::server {
+
+struct ListenConfig {
+  std::string host = "127.0.0.1";
+  int32_t port = 8080;  // 0: any free port (the bound one is printed)
+};
+
+// An API key's entitlements. Limits of 0 mean unlimited.
+struct KeyConfig {
+  std::string name;                 // for logs and metrics, never the key itself
+  std::string sha256;               // 64 lowercase hex digits of SHA-256(key)
+  std::vector<std::string> tiers;   // allowed tiers; empty: all
+  std::string default_tier;         // when the request names none; "": the global default
+  int64_t requests_per_min = 0;
+  int64_t tokens_per_min = 0;       // prompt + max_tokens charged at admission, unused refunded
+  int32_t max_concurrent = 0;
+};
+
+enum class OnUnentitled : uint8_t { kDowngrade, kReject };
+
+struct Limits {
+  int64_t max_header_bytes = 16 * 1024;
+  int64_t max_body_bytes = 4 * 1024 * 1024;
+  int64_t max_tokens_cap = 0;       // largest max_tokens accepted; 0: the context length
+  int64_t default_max_tokens = 256; // when the request gives none (clipped to the context)
+  int32_t max_stop_strings = 16;
+  int32_t max_messages = 1024;
+  int32_t max_json_depth = 64;
+};
+
+struct HttpConfig {
+  int32_t threads = 2;              // io_context threads: parse, tokenize, render, write
+  int64_t idle_timeout_ms = 60000;  // keep-alive connection with no request
+  int64_t read_timeout_ms = 30000;  // one request's header and body
+  int64_t write_timeout_ms = 60000; // one write (a stalled client is dropped)
+};
+
+struct EngineConfig {
+  uint64_t kv_bytes = 0;            // 0: enough for the engine's default
+  int32_t block_size = 16;
+  int64_t max_seq_len = 0;          // 0: the model's context (capped by the engine)
+  int64_t max_step_tokens = 512;
+  bool prefix_cache = true;
+};
+
+struct ModelConfig {
+  std::string path;                 // "": $TIERSERVE_MODEL, else the installed default model
+  int32_t threads = 0;              // 0: one per core
+  bool flash_attn = true;
+};
+
+struct ServerConfig {
+  ListenConfig listen;
+  ListenConfig admin{"127.0.0.1", -1};  // /metrics and /admin/*; port -1: on `listen`
+  ModelConfig model;
+  EngineConfig engine;
+  bool fifo = false;                // scheduling: fifo (tiers off, the isolation control)
+  sched::SchedConfig sched = sched::default_config();
+  std::map<std::string, std::string> tier_aliases = {
+      {"priority", "ultrafast"}, {"default", "standard"}, {"auto", "standard"}, {"flex", "batch"}};
+  std::string default_tier = "standard";
+  Limits limits;
+  HttpConfig http;
+  int64_t drain_timeout_ms = 30000;
+  OnUnentitled on_unentitled = OnUnentitled::kDowngrade;
+  std::vector<KeyConfig> keys;
+};
+
+// Parses YAML text; `origin` names the file in messages. kInvalidArgument with the
+// offending key's path ("tiers[1].share_min: ...") for syntax errors, unknown keys and
+// values of the wrong type. Does not call validate().
+Result<ServerConfig> parse_config(std::string_view yaml_text, std::string_view origin = "config");
+// Reads and parses a file (kNotFound when it cannot be read).
+Result<ServerConfig> load_config(const std::string& path);
+
+// Cross-field checks: the tiers (sched::check_config), aliases and default tiers naming
+// configured tiers, key hashes well-formed and unique, limits in range.
+Status validate(const ServerConfig& c);
+
+// Applies one command-line tier override "NAME.FIELD=VALUE" (e.g. "standard.max_queued_requests=4").
+Status apply_tier_override(ServerConfig& c, std::string_view assignment);
+
+// The config as YAML (every field, keys by hash), for `tierserve serve --print-config`.
+std::string to_yaml(const ServerConfig& c);
+
+}  // namespace ts::server

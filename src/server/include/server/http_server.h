@@ -1,0 +1,66 @@
+// HTTP/1.1 plumbing on Boost.Beast/Asio: listeners, connections, limits and timeouts. It
+// parses requests into HttpRequest, hands them to a dispatch function with a Responder,
+// and writes whatever the Responder is told, in order, from the connection's strand.
+//
+// One io_context, a few threads (HttpConfig::threads); each connection is a strand, so a
+// connection's handlers never run concurrently. Limits: header bytes (431), body bytes
+// (413), a read timeout per request, an idle timeout between keep-alive requests, a write
+// timeout per write (a stalled reader is dropped). While a response is pending the
+// connection keeps reading, so a client that closes its socket is noticed at once and
+// the Responder's disconnect hook runs (which cancels the generation).
+//
+// Responses are serialized here (status line, headers, Content-Length or chunked
+// Transfer-Encoding for streams); Beast is used for parsing requests, the untrusted part.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/http_types.h"
+
+namespace ts::server {
+
+struct HttpServerOptions {
+  int64_t max_header_bytes = 16 * 1024;
+  int64_t max_body_bytes = 4 * 1024 * 1024;
+  int64_t idle_timeout_ms = 60000;
+  int64_t read_timeout_ms = 30000;
+  int64_t write_timeout_ms = 60000;
+};
+
+using Dispatch = std::function<void(const HttpRequest&, std::shared_ptr<Responder>)>;
+
+class HttpServer {
+ public:
+  explicit HttpServer(const HttpServerOptions& opts);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port (port 0: any) and accepts once start() runs. Returns the bound port.
+  // kIo when the address cannot be bound, kInvalidArgument when host is not an address.
+  Result<int> listen(const std::string& host, int port, Dispatch dispatch);
+  // Runs the io_context on n threads (returns at once).
+  void start(int n_threads);
+  // Closes the listeners; open connections finish their current response, and every
+  // response from now on says "Connection: close". Thread-safe.
+  void stop_accepting();
+  // Requests dispatched whose response has not been completely written (or abandoned).
+  int64_t in_flight() const;
+  // Stops the io_context and joins its threads. Idempotent.
+  void stop();
+
+  struct Impl;  // opaque; public only so the connection code in the .cc can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// "HTTP/1.1 200 OK\r\n..." for a complete response (exposed for tests).
+std::string serialize_response(const HttpResponse& r, bool keep_alive, bool head_only);
+
+}  // namespace ts::server

@@ -1,0 +1,66 @@
+// Parsing and validating OpenAI request bodies (POST /v1/chat/completions and
+// /v1/completions) into plain data. Untrusted input: every problem is an ApiError (400)
+// naming the field, never an exception or a crash. Fuzzed by fuzz/request_fuzz.cc.
+//
+// Accepted: model, messages (roles system/developer/user/assistant; content a string or
+// an array of {"type":"text"} parts), prompt (a string, or an array of exactly one
+// string), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
+// frequency_penalty, presence_penalty, repetition_penalty (alias repeat_penalty), stop
+// (string or array), seed, n (1 only), stream, stream_options.include_usage, user,
+// service_tier, ignore_eos. Refused with a clear message: n > 1, best_of > 1, tools,
+// functions, logprobs, echo, suffix, non-empty logit_bias, response_format other than
+// text. Other fields are ignored, as most OpenAI-compatible servers do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/api_error.h"
+#include "tokenizer/chat.h"
+
+namespace ts::server {
+
+enum class Endpoint : uint8_t { kChat, kCompletions };
+
+struct RequestLimits {
+  int64_t max_tokens_cap = 1 << 20;  // largest max_tokens accepted
+  int32_t max_stop_strings = 16;
+  int32_t max_messages = 1024;
+  int32_t max_json_depth = 64;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::vector<tok::ChatMessage> messages;  // kChat ("developer" is stored as "system")
+  std::string prompt;                      // kCompletions
+  std::optional<int64_t> max_tokens;       // >= 1 and <= the cap when given
+  // Sampling, with OpenAI's defaults (temperature 1, top_p 1, the rest off).
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int32_t top_k = 0;
+  double min_p = 0.0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::optional<int64_t> seed;
+  std::vector<std::string> stop;           // empty strings dropped
+  bool stream = false;
+  bool include_usage = false;
+  bool ignore_eos = false;
+  std::string user;
+  std::optional<std::string> service_tier; // as given; mapped to a tier by the handler
+};
+
+// Parses `body` as JSON and validates it; returns nothing and fills `out`, or the error.
+std::optional<ApiError> parse_completion_request(std::string_view body, Endpoint ep, const RequestLimits& limits,
+                                                 CompletionRequest& out);
+
+// Deepest nesting of arrays/objects in a JSON text (strings skipped); stops counting at
+// `limit` + 1. Checked before parsing so a pathological body costs one pass.
+int32_t json_depth(std::string_view text, int32_t limit);
+
+}  // namespace ts::server

@@ -1,0 +1,63 @@
+// OpenAI response objects and SSE framing, as plain functions of plain data (golden-tested
+// without sockets).
+//
+//   non-streamed:  chat.completion / text_completion with choices[0], usage, service_tier
+//                  and the tierserve extension object
+//   streamed:      "data: {chunk}\n\n" per event (chat.completion.chunk / text_completion),
+//                  a final chunk with finish_reason, an optional usage chunk (choices []),
+//                  then "data: [DONE]\n\n"; tier changes as SSE comments (": ...\n\n"),
+//                  which SSE clients, the OpenAI SDK among them, ignore.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "server/openai_request.h"
+
+namespace ts::server {
+
+// What the server knows about how a request was served (the "tierserve" object).
+struct ServedInfo {
+  std::string tier_requested;
+  std::string tier_served;
+  std::string degraded_reason;  // "" when served as requested
+  double queue_ms = 0;
+  double ttft_ms = 0;
+  int32_t preemptions = 0;
+};
+
+struct UsageInfo {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+};
+
+struct ResponseHead {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;        // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;   // Unix seconds
+  std::string model;
+};
+
+// The whole non-streamed response body.
+std::string completion_body(const ResponseHead& h, const std::string& text, const std::string& finish_reason,
+                            const UsageInfo& u, const ServedInfo& s);
+
+// One streamed chunk's JSON. For chat, `first` adds the assistant role to the delta;
+// finish_reason "" is null.
+std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
+                       const std::string& tier_served);
+// The usage chunk (choices empty) sent before [DONE] with stream_options.include_usage;
+// it also carries the tierserve object.
+std::string usage_chunk_json(const ResponseHead& h, const UsageInfo& u, const ServedInfo& s);
+
+// SSE framing.
+std::string sse_data(std::string_view payload);  // "data: <payload>\n\n"
+std::string sse_comment(std::string_view text);  // ": <text>\n\n", newlines in text replaced
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// A fresh response id: prefix + 24 hex digits (random, unique enough for logs and clients).
+std::string make_response_id(Endpoint ep);
+
+}  // namespace ts::server

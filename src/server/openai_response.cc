@@ -1,0 +1,121 @@
+#include "server/openai_response.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace ts::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* object_name(Endpoint ep, bool chunk) {
+  if (ep == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+json usage_json(const UsageInfo& u) {
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  j["prompt_tokens_details"] = {{"cached_tokens", u.cached_prompt_tokens}};
+  return j;
+}
+
+json served_json(const ServedInfo& s) {
+  json j = {{"tier_requested", s.tier_requested},
+            {"tier_served", s.tier_served},
+            {"degraded_reason", nullptr},
+            {"queue_ms", round3(s.queue_ms)},
+            {"ttft_ms", round3(s.ttft_ms)},
+            {"preemptions", s.preemptions}};
+  if (!s.degraded_reason.empty()) j["degraded_reason"] = s.degraded_reason;
+  return j;
+}
+
+json head_json(const ResponseHead& h, bool chunk) {
+  return {{"id", h.id}, {"object", object_name(h.endpoint, chunk)}, {"created", h.created}, {"model", h.model}};
+}
+
+}  // namespace
+
+std::string completion_body(const ResponseHead& h, const std::string& text, const std::string& finish_reason,
+                            const UsageInfo& u, const ServedInfo& s) {
+  json j = head_json(h, false);
+  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+  if (h.endpoint == Endpoint::kChat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+  else
+    choice["text"] = text;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage_json(u);
+  j["service_tier"] = s.tier_served;
+  j["system_fingerprint"] = nullptr;
+  j["tierserve"] = served_json(s);
+  return dump(j);
+}
+
+std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
+                       const std::string& tier_served) {
+  json j = head_json(h, true);
+  json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+  if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
+  if (h.endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || finish_reason.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  j["service_tier"] = tier_served;
+  j["system_fingerprint"] = nullptr;
+  return dump(j);
+}
+
+std::string usage_chunk_json(const ResponseHead& h, const UsageInfo& u, const ServedInfo& s) {
+  json j = head_json(h, true);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(u);
+  j["service_tier"] = s.tier_served;
+  j["system_fingerprint"] = nullptr;
+  j["tierserve"] = served_json(s);
+  return dump(j);
+}
+
+std::string sse_data(std::string_view payload) {
+  std::string s;
+  s.reserve(payload.size() + 8);
+  s += "data: ";
+  s += payload;
+  s += "\n\n";
+  return s;
+}
+
+std::string sse_comment(std::string_view text) {
+  std::string s = ": ";
+  for (char c : text) s.push_back(c == '\n' || c == '\r' ? ' ' : c);
+  s += "\n\n";
+  return s;
+}
+
+std::string make_response_id(Endpoint ep) {
+  // One seeded generator per thread; ids only need to be unique, not secret.
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  uint64_t a = rng(), b = rng();
+  for (int i = 0; i < 16; ++i, a >>= 4) id.push_back(kHex[a & 15]);
+  for (int i = 0; i < 8; ++i, b >>= 4) id.push_back(kHex[b & 15]);
+  return id;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,488 @@
+// Black-box tests of `tierserve serve`: the real binary on port 0 with real models
+// (stories260K, and a random-weight 15M llama from make-model where a request must run
+// long enough to be overtaken), over real sockets.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_test_util.h"
+
+namespace ts {
+namespace {
+
+using json = nlohmann::json;
+using namespace ts::testing_server;
+
+const std::string kStories = std::string(TS_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kWork = std::string(TS_BINARY_DIR) + "/server_test";
+const std::string kSlowModel = kWork + "/llama15m_q8_0.gguf";
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+void make_dirs_and_models() {
+  static bool done = false;
+  if (done) return;
+  ASSERT_EQ(std::system(("mkdir -p '" + kWork + "'").c_str()), 0);
+  if (!std::ifstream(kSlowModel)) {
+    const std::string cmd = std::string(TS_TIERSERVE_BIN) + " make-model --arch llama --shape 15m --type q8_0 -o '" +
+                            kSlowModel + "' > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  done = true;
+}
+
+std::string hash_key(const std::string& key) {
+  std::string h = run_capture(std::string(TS_TIERSERVE_BIN) + " serve --hash-key " + key);
+  while (!h.empty() && (h.back() == '\n')) h.pop_back();
+  return h;
+}
+
+json body_json(const HttpResult& r) {
+  try {
+    return json::parse(r.body);
+  } catch (...) {
+    ADD_FAILURE() << "not JSON: " << r.body;
+    return json();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Server A: stories260K, no keys, small header/body limits.
+
+class ServeBasic : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    make_dirs_and_models();
+    srv = new ServerProcess(kWork, "basic");
+    ASSERT_TRUE(srv->start(TS_TIERSERVE_BIN, "limits: {max_header_bytes: 4096, max_body_bytes: 16384}\nhttp: {threads: 2}\n",
+                           {"-m", kStories, "-t", "1"}))
+        << srv->stderr_text();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->stderr_text();
+    delete srv;
+  }
+  static HttpResult post(const std::string& path, const std::string& body) { return http(srv->port(), "POST", path, body); }
+  static ServerProcess* srv;
+};
+ServerProcess* ServeBasic::srv = nullptr;
+
+TEST_F(ServeBasic, PrintsTheBoundAddress) {
+  EXPECT_NE(srv->stdout_text().find("listening on http://127.0.0.1:" + std::to_string(srv->port())), std::string::npos)
+      << srv->stdout_text();
+}
+
+TEST_F(ServeBasic, CompletionMatchesTheGreedyGolden) {
+  const HttpResult r = post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":64,"temperature":0,"stop":["Lily"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = body_json(r);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "stories260K");
+  EXPECT_EQ(j["choices"][0]["text"], ", there was a little girl named ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["service_tier"], "standard");
+  EXPECT_EQ(j["tierserve"]["tier_served"], "standard");
+  EXPECT_GE(j["tierserve"]["ttft_ms"].get<double>(), 0.0);
+  EXPECT_EQ(r.header("x-tierserve-tier-requested"), "standard");
+  EXPECT_EQ(r.header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(r.header("x-tierserve-degraded-reason"), "");
+  EXPECT_EQ(r.header("content-type"), "application/json");
+}
+
+TEST_F(ServeBasic, ChatWithTheFallbackTemplate) {
+  const HttpResult r = post("/v1/chat/completions",
+                            R"({"messages":[{"role":"system","content":"Tell stories."},{"role":"user","content":"Hi"}],
+                                "max_completion_tokens":8,"temperature":0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = body_json(r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 10);  // the ChatML wrapping
+}
+
+TEST_F(ServeBasic, ServiceTierMapping) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"priority", "ultrafast"}, {"default", "standard"}, {"auto", "standard"}, {"flex", "batch"},
+      {"batch", "batch"},        {"ultrafast", "ultrafast"}};
+  for (const auto& [asked, tier] : cases) {
+    const HttpResult r = post("/v1/completions", std::string(R"({"prompt":"Hi","max_tokens":2,"service_tier":")") + asked + "\"}");
+    ASSERT_EQ(r.status, 200) << asked << r.body;
+    EXPECT_EQ(body_json(r)["service_tier"], tier) << asked;
+    EXPECT_EQ(r.header("x-tierserve-tier-served"), tier);
+  }
+  const HttpResult bad = post("/v1/completions", R"({"prompt":"Hi","service_tier":"platinum"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(body_json(bad)["error"]["param"], "service_tier");
+}
+
+TEST_F(ServeBasic, StreamingWithUsageAndDone) {
+  const std::string req = R"({"prompt":"Once upon a time","max_tokens":30,"temperature":0)";
+  const HttpResult plain = post("/v1/completions", req + "}");
+  ASSERT_EQ(plain.status, 200);
+  const HttpResult s = post("/v1/completions", req + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.header("content-type"), "text/event-stream");
+  EXPECT_EQ(s.header("transfer-encoding"), "chunked");
+  EXPECT_EQ(s.header("x-tierserve-tier-served"), "standard");
+  const auto events = sse_events(s.body);
+  ASSERT_GE(events.size(), 4u) << s.body;
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  std::string text;
+  std::string finish;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+    const json c = json::parse(events[i].substr(6));
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_EQ(c["id"], json::parse(events[0].substr(6))["id"]);
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      EXPECT_EQ(i, events.size() - 2) << "the usage chunk comes last";
+      continue;
+    }
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, body_json(plain)["choices"][0]["text"]) << "streamed and plain greedy output differ";
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 30);
+  EXPECT_EQ(usage["prompt_tokens"], 5);
+
+  // Chat stream without include_usage: role in the first delta, no usage chunk.
+  const HttpResult c = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true})");
+  ASSERT_EQ(c.status, 200);
+  const auto ce = sse_events(c.body);
+  ASSERT_GE(ce.size(), 3u);
+  EXPECT_EQ(json::parse(ce[0].substr(6))["choices"][0]["delta"]["role"], "assistant");
+  for (size_t i = 0; i + 1 < ce.size(); ++i) EXPECT_FALSE(json::parse(ce[i].substr(6))["choices"].empty());
+  EXPECT_EQ(ce.back(), "data: [DONE]");
+}
+
+TEST_F(ServeBasic, BadInputIs400WithAnOpenAiError) {
+  const std::string long_prompt = [] {
+    std::string s;
+    for (int i = 0; i < 60; ++i) s += "Once upon a time ";
+    return s;
+  }();
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"prompt\": \"Hi\"", "invalid_json"},
+      {"", "invalid_json"},
+      {"{\"prompt\": \"Hi \xff\xfe\"}", "invalid_json"},
+      {R"({"prompt":"Hi","n":2})", "unsupported_parameter"},
+      {R"({"prompt":"Hi","max_tokens":-1})", "invalid_value"},
+      {R"({"prompt":"Hi","max_tokens":100000000000000000000})", "invalid_value"},
+      {R"({"prompt":"Hi","max_tokens":100000})", "invalid_value"},
+      {R"({"prompt":"Hi","temperature":"hot"})", "invalid_type"},
+      {R"({"prompt":")" + long_prompt + R"("})", "context_length_exceeded"},
+  };
+  for (const auto& [body, code] : cases) {
+    const HttpResult r = post("/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body;
+    const json j = body_json(r);
+    EXPECT_EQ(j["error"]["code"], code) << body << " -> " << r.body;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(j["error"]["message"].is_string());
+  }
+  const HttpResult role = post("/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})");
+  EXPECT_EQ(role.status, 400);
+  EXPECT_EQ(body_json(role)["error"]["param"], "messages[0].role");
+  EXPECT_EQ(http(srv->port(), "GET", "/v1/nothing").status, 404);
+  const HttpResult m = http(srv->port(), "GET", "/v1/chat/completions");
+  EXPECT_EQ(m.status, 405);
+  EXPECT_EQ(m.header("allow"), "POST");
+  // Still serving after all that.
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"Hi","max_tokens":1})").status, 200);
+}
+
+TEST_F(ServeBasic, HeaderAndBodyLimits) {
+  const HttpResult big_header =
+      http(srv->port(), "GET", "/v1/models", "", {{"X-Filler", std::string(6000, 'a')}});
+  EXPECT_EQ(big_header.status, 431);
+  const HttpResult big_body = post("/v1/completions", "{\"prompt\":\"" + std::string(20000, 'a') + "\"}");
+  EXPECT_EQ(big_body.status, 413);
+  EXPECT_EQ(body_json(big_body)["error"]["code"], "body_too_large");
+  // Garbage instead of HTTP: a 400 and a closed connection, never a crash.
+  const int fd = connect_to(srv->port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, "\x16\x03\x01 not http at all\r\n\r\n");
+  char buf[512];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, size_t(n)).rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(http(srv->port(), "GET", "/health/live").status, 200);
+}
+
+TEST_F(ServeBasic, KeepAliveServesSeveralRequestsOnOneConnection) {
+  const int fd = connect_to(srv->port());
+  ASSERT_GE(fd, 0);
+  const std::string one = "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(send_all(fd, one + one));  // pipelined
+  std::string raw;
+  char buf[4096];
+  const std::string body = R"({"status":"live"})";
+  while (raw.find(body) == std::string::npos || raw.find(body, raw.find(body) + 1) == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << raw;
+    raw.append(buf, size_t(n));
+  }
+  ::close(fd);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_NE(raw.find("HTTP/1.1 200", 5), std::string::npos);
+}
+
+TEST_F(ServeBasic, ModelsMetricsHealthStats) {
+  const HttpResult m = http(srv->port(), "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(body_json(m)["data"][0]["id"], "stories260K");
+  const HttpResult p = http(srv->port(), "GET", "/metrics");
+  ASSERT_EQ(p.status, 200);
+  EXPECT_NE(p.header("content-type").find("text/plain"), std::string::npos);
+  EXPECT_NE(p.body.find("tierserve_requests_total{"), std::string::npos) << p.body.substr(0, 2000);
+  EXPECT_NE(p.body.find("tierserve_time_to_first_token_seconds_bucket{"), std::string::npos);
+  EXPECT_EQ(http(srv->port(), "GET", "/health/live").status, 200);
+  EXPECT_EQ(http(srv->port(), "GET", "/health/ready").status, 200);
+  const HttpResult s = http(srv->port(), "GET", "/admin/stats");
+  ASSERT_EQ(s.status, 200);
+  EXPECT_FALSE(body_json(s)["draining"].get<bool>());
+}
+
+// ---------------------------------------------------------------------------------------
+// Server B: keys, on the slow model (a stream must still run while the test acts).
+
+class ServeKeys : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    make_dirs_and_models();
+    const std::string cfg = "keys:\n"
+                            "  - {name: limited, sha256: " + hash_key("sk-limited") +
+                            ", tiers: [standard, batch], default_tier: batch, requests_per_min: 3, max_concurrent: 1}\n"
+                            "  - {name: gold, sha256: " + hash_key("sk-gold") + "}\n";
+    srv = new ServerProcess(kWork, "keys");
+    ASSERT_TRUE(srv->start(TS_TIERSERVE_BIN, cfg, {"-m", kSlowModel, "-t", "1"})) << srv->stderr_text();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->stderr_text();
+    delete srv;
+  }
+  static std::vector<std::pair<std::string, std::string>> auth(const std::string& k) {
+    return {{"Authorization", "Bearer " + k}};
+  }
+  static ServerProcess* srv;
+};
+ServerProcess* ServeKeys::srv = nullptr;
+
+TEST_F(ServeKeys, EveryRouteButHealthNeedsAKey) {
+  const HttpResult none = http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi"})");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(body_json(none)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi"})", auth("sk-nope")).status, 401);
+  EXPECT_EQ(http(srv->port(), "GET", "/metrics").status, 401);
+  EXPECT_EQ(http(srv->port(), "GET", "/v1/models").status, 401);
+  EXPECT_EQ(http(srv->port(), "GET", "/v1/models", "", auth("sk-gold")).status, 200);
+  EXPECT_EQ(http(srv->port(), "GET", "/health/live").status, 200);
+  EXPECT_EQ(http(srv->port(), "GET", "/health/ready").status, 200);
+}
+
+// One ordered story for the limited key (3 requests/min, 1 at a time, no ultrafast).
+TEST_F(ServeKeys, DowngradeConcurrencyDisconnectAndRateLimit) {
+  // 1. Asking for priority: served on standard, and told so.
+  const HttpResult d = http(srv->port(), "POST", "/v1/completions",
+                            R"({"prompt":"Hi","max_tokens":2,"service_tier":"priority"})", auth("sk-limited"));
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(d.header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(d.header("x-tierserve-degraded-reason"), "not_entitled");
+  EXPECT_EQ(body_json(d)["service_tier"], "standard");
+  EXPECT_EQ(body_json(d)["tierserve"]["degraded_reason"], "not_entitled");
+  EXPECT_EQ(d.header("x-ratelimit-limit-requests"), "3");
+  EXPECT_EQ(d.header("x-ratelimit-remaining-requests"), "2");
+  EXPECT_FALSE(d.header("x-ratelimit-reset-requests").empty());
+
+  // 2. A long stream (the key's default tier: batch) holds the key's one slot...
+  auto stream = std::make_unique<OpenRequest>(
+      srv->port(), "POST", "/v1/completions",
+      R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true})", auth("sk-limited"));
+  ASSERT_TRUE(stream->read_until("data: ")) << stream->raw();
+  EXPECT_NE(stream->raw().find("x-tierserve-tier-served: batch"), std::string::npos) << stream->raw();
+
+  // 3. ...so a second concurrent request of the key is refused (and not charged).
+  const HttpResult busy = http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", auth("sk-limited"));
+  EXPECT_EQ(busy.status, 429);
+  EXPECT_EQ(body_json(busy)["error"]["code"], "concurrency_limit_exceeded");
+  EXPECT_EQ(busy.header("retry-after"), "1");
+
+  // 4. The client goes away mid-stream: the sequence is freed within a step or so.
+  auto active = [&] {
+    return body_json(http(srv->port(), "GET", "/admin/stats", "", auth("sk-gold")));
+  };
+  EXPECT_EQ(active()["n_active"], 1);
+  stream->close();
+  const auto t0 = std::chrono::steady_clock::now();
+  json st;
+  for (;;) {
+    st = active();
+    if (st["n_active"] == 0 && st["n_engine_seqs"] == 0) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << st.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(st["kv"]["used"], 0) << st.dump();
+  const std::string metrics = http(srv->port(), "GET", "/metrics", "", auth("sk-gold")).body;
+  EXPECT_NE(metrics.find(R"(tierserve_requests_total{tier="batch",outcome="cancelled"} 1)"), std::string::npos)
+      << metrics.substr(0, 4000);
+
+  // 5. The slot is free again; this is the key's third request of the minute...
+  const HttpResult third = http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", auth("sk-limited"));
+  EXPECT_EQ(third.status, 200) << third.body;
+  EXPECT_EQ(third.header("x-ratelimit-remaining-requests"), "0");
+  // 6. ...and the fourth is over the limit: 429 with Retry-After (one request refills in 20 s).
+  const HttpResult fourth = http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", auth("sk-limited"));
+  EXPECT_EQ(fourth.status, 429);
+  EXPECT_EQ(body_json(fourth)["error"]["code"], "rate_limit_exceeded");
+  const int retry = std::atoi(fourth.header("retry-after").c_str());
+  EXPECT_GE(retry, 1);
+  EXPECT_LE(retry, 20);
+  // Another key is not affected.
+  EXPECT_EQ(http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", auth("sk-gold")).status, 200);
+}
+
+// ---------------------------------------------------------------------------------------
+// Server C: tiny queues -> server-wide shedding is 503 + Retry-After.
+
+TEST(ServeOverload, SheddingIs503WithRetryAfter) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "overload");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN,
+                        "scheduler: {max_queued_requests_total: 1}\n"
+                        "tiers:\n  - {name: ultrafast}\n  - {name: standard}\n  - {name: batch, max_batch: 1}\n",
+                        {"-m", kSlowModel, "-t", "1"}))
+      << srv.stderr_text();
+  const std::string long_req = R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true,"service_tier":"flex"})";
+  OpenRequest running(srv.port(), "POST", "/v1/completions", long_req);
+  ASSERT_TRUE(running.read_until("data: ")) << running.raw();
+  // The batch tier runs one request at a time: the next one queues, the one after that
+  // finds the global queue full with no lower tier to shed.
+  OpenRequest queued(srv.port(), "POST", "/v1/completions", long_req);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const HttpResult shed = http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":4,"service_tier":"flex"})");
+  EXPECT_EQ(shed.status, 503) << shed.body;
+  EXPECT_EQ(body_json(shed)["error"]["code"], "overloaded") << shed.body;
+  EXPECT_GE(std::atoi(shed.header("retry-after").c_str()), 1);
+  EXPECT_EQ(shed.header("x-tierserve-tier-requested"), "batch");
+  running.close();
+  queued.close();
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.stderr_text();
+}
+
+// ---------------------------------------------------------------------------------------
+// Explicit degradation in a real stream: ultrafast runs one request at a time and gives up
+// waiting after 300 ms (downgrade to standard); the second ultrafast stream is served on
+// standard, says so in its headers and in-band, and its chunks carry the served tier.
+
+TEST(ServeDegrade, DowngradedStreamSaysSoInHeadersAndInBand) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "degrade");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN,
+                        "tiers:\n"
+                        "  - {name: ultrafast, max_batch: 1, max_queue_wait_ms: 300, on_timeout: 'downgrade:standard'}\n"
+                        "  - {name: standard}\n  - {name: batch}\n",
+                        {"-m", kSlowModel, "-t", "1"}))
+      << srv.stderr_text();
+  const std::string req = R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true,"service_tier":"priority"})";
+  OpenRequest first(srv.port(), "POST", "/v1/completions", req);
+  ASSERT_TRUE(first.read_until("data: ")) << first.raw();
+  EXPECT_NE(first.raw().find("x-tierserve-tier-served: ultrafast"), std::string::npos);
+  OpenRequest second(srv.port(), "POST", "/v1/completions",
+                     R"({"prompt":"Once upon a time","max_tokens":8,"stream":true,"service_tier":"priority"})");
+  const HttpResult r = second.finish();
+  first.close();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(r.header("x-tierserve-tier-served"), "standard");
+  const std::string reason = r.header("x-tierserve-degraded-reason");
+  EXPECT_TRUE(reason == "queue_timeout" || reason == "predicted_wait") << reason;
+  const auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev[0].rfind(": tierserve tier_changed from=ultrafast to=standard reason=", 0), 0u) << r.body;
+  EXPECT_EQ(json::parse(ev[1].substr(6))["service_tier"], "standard");
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  const std::string metrics = http(srv.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tierserve_degradations_total{tier_requested=\"ultrafast\",tier_served=\"standard\""),
+            std::string::npos)
+      << metrics.substr(0, 3000);
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.stderr_text();
+}
+
+TEST(ServeAdmin, MetricsOnTheirOwnListener) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "admin");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, "", {"-m", kStories, "-t", "1", "--admin-port", "0"})) << srv.stderr_text();
+  const std::string out = srv.stdout_text();
+  const size_t at = out.find("admin on http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int admin = std::atoi(out.c_str() + at + std::string("admin on http://127.0.0.1:").size());
+  ASSERT_GT(admin, 0);
+  EXPECT_EQ(http(admin, "GET", "/metrics").status, 200);
+  EXPECT_EQ(http(admin, "GET", "/admin/stats").status, 200);
+  EXPECT_EQ(http(admin, "GET", "/health/ready").status, 200);
+  EXPECT_EQ(http(admin, "POST", "/v1/completions", R"({"prompt":"Hi"})").status, 404);
+  EXPECT_EQ(http(srv.port(), "GET", "/metrics").status, 404);
+  EXPECT_EQ(http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":1})").status, 200);
+  EXPECT_EQ(srv.stop(SIGINT), 0) << srv.stderr_text();
+}
+
+// ---------------------------------------------------------------------------------------
+// Drain: SIGTERM lets the in-flight request finish, refuses new work, exits 0.
+
+TEST(ServeDrain, SigtermFinishesInFlightThenExitsZero) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "drain");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, "drain_timeout_ms: 20000\n", {"-m", kSlowModel, "-t", "1"})) << srv.stderr_text();
+  OpenRequest inflight(srv.port(), "POST", "/v1/completions",
+                       R"({"prompt":"Once upon a time","max_tokens":300,"ignore_eos":true,"stream":true,
+                           "stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(inflight.read_until("data: ")) << inflight.raw();
+  srv.signal(SIGTERM);
+  // New work is refused: the listener is closed (connection refused) or, on a connection
+  // accepted before, 503.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const HttpResult late = http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
+  EXPECT_TRUE(late.status == 0 || late.status == 503) << late.status;
+  const HttpResult done = inflight.finish();
+  ASSERT_EQ(done.status, 200);
+  const auto ev = sse_events(done.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  EXPECT_EQ(json::parse(ev[ev.size() - 2].substr(6))["usage"]["completion_tokens"], 300);
+  EXPECT_EQ(srv.wait(30), 0) << srv.stderr_text();
+  EXPECT_NE(srv.stderr_text().find("draining"), std::string::npos);
+}
+
+TEST(ServeConfigErrors, BadConfigExitsTwoWithAMessage) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "badcfg");
+  EXPECT_FALSE(srv.start(TS_TIERSERVE_BIN, "tiers:\n  - {name: a, share_min: 2}\n", {"-m", kStories}));
+  EXPECT_NE(srv.stderr_text().find("share_out_of_range"), std::string::npos) << srv.stderr_text();
+  const std::string out = run_capture(std::string(TS_TIERSERVE_BIN) + " serve --port 0 --tier gold.priority=1 2>&1; echo rc=$?");
+  EXPECT_NE(out.find("no tier named 'gold'"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=2"), std::string::npos) << out;
+  const std::string out2 = run_capture(std::string(TS_TIERSERVE_BIN) + " serve -c /nonexistent.yaml 2>&1; echo rc=$?");
+  EXPECT_NE(out2.find("cannot read config file"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("rc=2"), std::string::npos) << out2;
+}
+
+}  // namespace
+}  // namespace ts
