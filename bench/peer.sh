@@ -15,9 +15,11 @@
 # address, so the stores must happen before it. The script checks that on a code snippet
 # (GCC 12 output with and without the barrier) even on CPUs without AMX.
 #
-# Usage: bench/peer.sh [--variants "gcc clang"] [--jobs N] [--model FILE.gguf]
+# Usage: bench/peer.sh [--variants "gcc clang"] [--jobs N] [--model FILE.gguf] [--with-server]
 #   --model   a GGUF to smoke-test both builds with (default: a tiny q8_0 from make-model
 #             when $TIERSERVE, default build/bin/tierserve, exists)
+#   --with-server  also build llama-server (for `tierserve bench --compare-url`), without
+#             its web UI (LLAMA_USE_PREBUILT_UI=OFF: nothing is downloaded)
 # Environment: PEER_PIN (llama-cpp-python version, default 0.3.36), PEER_DIR (default
 # build/peer), PIP (default .venv/bin/pip, else python3 -m pip).
 # Nothing is fetched once build/peer/sdist holds the sdist.
@@ -30,12 +32,14 @@ VARIANTS="gcc clang"
 JOBS=$(nproc)
 MODEL=""
 TARGETS=(llama-bench llama-batched-bench llama-completion)
+SERVER=OFF
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --variants) VARIANTS=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
+    --with-server) SERVER=ON; TARGETS+=(llama-server); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "peer.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -129,7 +133,8 @@ build_variant() {
   cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=$SERVER \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_OPENSSL=OFF >"$dir.configure.log" 2>&1 ||
     { tail -30 "$dir.configure.log" >&2; exit 1; }
   log "$v: building ${TARGETS[*]} with $JOBS jobs (log: $dir.build.log)"
