@@ -8,5 +8,8 @@ int cmd_gguf_info(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_batched_bench(int argc, char** argv);
+int cmd_build(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace ts::tools
