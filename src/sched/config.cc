@@ -47,6 +47,7 @@ SchedConfig default_config() {
   fast.max_queue_wait_ms = 200;
   fast.on_timeout = {TimeoutAction::kPromote, ""};
   fast.speculative = true;
+  fast.burst_tokens = 512;
   TierConfig standard;
   standard.name = "standard";
   standard.priority = 1;
@@ -105,6 +106,7 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
     return err(C::kBadLimit, "", "global queue limits must be >= 0");
   if (cfg.service_rate_window_ms < 1) return err(C::kBadLimit, "", "service_rate_window_ms must be >= 1");
   if (cfg.kv_reserve_tokens < 0) return err(C::kBadLimit, "", "kv_reserve_tokens must be >= 0");
+  if (cfg.share_window_steps < 1) return err(C::kBadLimit, "", "share_window_steps must be >= 1");
 
   std::map<std::string, const TierConfig*> by_name;
   std::set<int32_t> priorities;
@@ -118,8 +120,8 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
       return err(C::kShareOutOfRange, t.name, "share_min and share_max must be in [0, 1]");
     if (t.share_min > t.share_max) return err(C::kShareMinAboveMax, t.name, "share_min > share_max");
     if (t.max_queue_wait_ms < 0 || t.max_queued_requests < 0 || t.max_queued_tokens < 0 || t.max_batch < 1 ||
-        t.preemption_budget < 0)
-      return err(C::kBadLimit, t.name, "queue limits and budgets must be >= 0, max_batch >= 1");
+        t.preemption_budget < 0 || t.burst_tokens < 0)
+      return err(C::kBadLimit, t.name, "queue limits, budgets and burst_tokens must be >= 0, max_batch >= 1");
     sum_min += t.share_min;
   }
   if (sum_min > 1.0 + 1e-9) return err(C::kShareMinSumAboveOne, "", "the share_min of all tiers add up to more than 1");

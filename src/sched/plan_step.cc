@@ -19,7 +19,8 @@ namespace ts::sched {
 
 struct Scheduler::Candidate {
   Req* q = nullptr;
-  int64_t want = 0;     // tokens it could compute this step
+  int64_t want = 0;     // tokens it could compute this step within the budget
+  int64_t want_burst = 0;  // ... and with its tier's burst on top (>= want)
   int64_t planned = 0;  // tokens given
   int64_t blocks = 0;   // KV blocks those tokens take
   bool skip = false;    // preempted during this plan
@@ -96,6 +97,8 @@ void Scheduler::collect_candidates(StepCtx& c) {
   for (TierId t = 0; t < c.n_tiers; ++t) {
     const TierState& s = ts_[size_t(t)];
     const int32_t max_batch = tiers_[size_t(t)].config().max_batch;
+    const int64_t burst = tiers_[size_t(t)].config().burst_tokens;
+    const int64_t chunk_burst = cfg_.max_chunk_tokens > 0 ? std::min(cfg_.max_chunk_tokens, c.budget + burst) : c.budget + burst;
     auto& out = c.cands[size_t(t)];
     int64_t urgent = 0;
     auto add = [&](RequestId id) {
@@ -103,7 +106,7 @@ void Scheduler::collect_candidates(StepCtx& c) {
       Req& q = reqs_.at(id);
       const int64_t want = std::min(q.remaining(), chunk);
       if (want <= 0) return;
-      out.push_back(Candidate{&q, want});
+      out.push_back(Candidate{&q, want, std::min(q.remaining(), chunk_burst)});
       c.demand[size_t(t)] += want;
       if (q.promoted) urgent += want;
     };
@@ -307,6 +310,45 @@ void Scheduler::pack(StepCtx& c) {
   }
 }
 
+// Latency tiers (burst_tokens > 0), in priority order, compute what they still want on
+// top of the budget, up to their burst and within share_max of all tokens planned over
+// the window (this plan included). A tier flooding the server is back to its per-step
+// cap as soon as its windowed share is used up; one at a low rate gets its prompts done
+// in one step. KV rules are the same as for the budget's tokens (no preemption: the
+// burst is a bonus, never a reason to evict others).
+void Scheduler::burst(StepCtx& c) {
+  int64_t step_total = 0;
+  for (int64_t p : c.planned) step_total += p;
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    const TierConfig& tc = tiers_[size_t(t)].config();
+    if (tc.burst_tokens <= 0) continue;
+    // x more tokens keep the share when (mine + x) <= share_max * (all + x).
+    const double smax = tc.share_max;
+    const double mine = double(window_sum_[size_t(t)] + c.planned[size_t(t)]);
+    const double all = double(window_total_ + step_total);
+    int64_t left = tc.burst_tokens;
+    if (smax < 1.0) left = std::min<int64_t>(left, int64_t(std::max(0.0, (smax * all - mine) / (1.0 - smax))));
+    for (Candidate& cand : c.cands[size_t(t)]) {
+      if (left <= 0) break;
+      if (cand.skip || cand.planned >= cand.want_burst) continue;
+      const int64_t n = place(c, cand, std::min(cand.want_burst - cand.planned, left), false);
+      left -= n;
+      step_total += n;
+    }
+  }
+}
+
+void Scheduler::record_window(const StepCtx& c) {
+  const size_t n = size_t(c.n_tiers), w = window_.size();
+  std::vector<int64_t>& slot = window_[window_pos_];
+  for (size_t t = 0; t < n; ++t) {
+    window_sum_[t] += c.planned[t] - slot[t];
+    window_total_ += c.planned[t] - slot[t];
+    slot[t] = c.planned[t];
+  }
+  window_pos_ = (window_pos_ + 1) % w;
+}
+
 // Nothing could be planned although there is demand: every block is held by requests
 // that cannot advance. Preempt one running request so that the others can: the lowest
 // tier's cheapest (least computed; the newest on ties), preferring requests with
@@ -448,8 +490,14 @@ Plan Scheduler::schedule(int64_t now_ns) {
     c.kv_reserve[t] = std::clamp<int64_t>(c.kv_floor[t] - c.kv_held[t], 0, need);
   }
 
+  if (window_.size() != size_t(cfg_.share_window_steps)) {
+    window_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
+    window_sum_.assign(n, 0);
+  }
   pack(c);
+  burst(c);
   break_deadlock(c);
+  record_window(c);
 
   Plan plan;
   plan.step = ++step_;

@@ -452,6 +452,70 @@ TEST(Scheduler, RunningRequestsKeepTheirBatchSlots) {
   EXPECT_EQ(s->n_active(), 0);
 }
 
+// A latency tier at a low rate runs its whole prompt in one step on top of the budget,
+// while the flooding tier keeps its full budget: the fast request does not wait for
+// chunks of 0.3 x budget, and the others' steps are not taken from them.
+TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
+  auto s = make(base(64));
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s->submit(req(id, 1, 500, 50), 0).accepted);
+  for (int i = 0; i < 64; ++i) run_step(*s, e, clock);  // standard fills the window
+  ASSERT_TRUE(s->submit(req(100, 0, 300, 8), clock.now_ns()).accepted);
+  const Plan p = run_step(*s, e, clock);
+  int64_t fast = 0;
+  for (const PlanEntry& en : p.entries)
+    if (en.id == 100) fast = en.n_tokens;
+  EXPECT_EQ(fast, 300);                           // the whole prompt, not 0.3 x 64 = 19
+  EXPECT_EQ(p.tiers[1].tokens_planned, 64 - 19);  // standard: the budget less ultrafast's cap
+  EXPECT_EQ(p.n_tokens(), 300 + 64 - 19);
+
+  // Off (burst_tokens 0): the prompt advances by the tier's capped share per step.
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 0;
+  auto s2 = make(c);
+  FakeEngine e2(100000, 16);
+  for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s2->submit(req(id, 1, 500, 50), 0).accepted);
+  run_step(*s2, e2, clock);
+  ASSERT_TRUE(s2->submit(req(100, 0, 300, 8), clock.now_ns()).accepted);
+  const Plan p2 = run_step(*s2, e2, clock);
+  EXPECT_LE(p2.n_tokens(), 64);
+  for (const PlanEntry& en : p2.entries)
+    if (en.id == 100) EXPECT_LE(en.n_tokens, 19);
+
+  c.tiers[0].burst_tokens = -1;
+  EXPECT_FALSE(Scheduler::create(c).is_ok());
+  c = base(64);
+  c.share_window_steps = 0;
+  EXPECT_FALSE(Scheduler::create(c).is_ok());
+}
+
+// A flooding latency tier gets no more than share_max of all tokens over the window from
+// its bursts: the cap holds on average, and the standard tier keeps its floor per step.
+TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
+  SchedConfig c = base(64);
+  c.tiers[0].borrow = false;         // borrowing would lend it the idle rest anyway
+  c.tiers[0].max_queue_wait_ms = 0;  // and promotion lifts the cap of requests that waited
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  RequestId id = 1;
+  int64_t fast = 0, all = 0;
+  for (int i = 0; i < 400; ++i) {
+    while (s->queue_depth(0) < 4) ASSERT_TRUE(s->submit(req(id++, 0, 200, 4), clock.now_ns()).accepted);
+    while (s->queue_depth(1) < 4) ASSERT_TRUE(s->submit(req(id++, 1, 200, 4), clock.now_ns()).accepted);
+    const Plan p = run_step(*s, e, clock);
+    EXPECT_GE(p.tiers[1].tokens_planned, std::min(p.tiers[1].tokens_floor, p.tiers[1].tokens_demand));
+    if (i >= 64) {  // after the first window
+      fast += p.tiers[0].tokens_planned;
+      all += p.n_tokens();
+    }
+  }
+  ASSERT_GT(all, 0);
+  EXPECT_LE(double(fast) / double(all), 0.3 + 0.02);
+  EXPECT_GE(double(fast) / double(all), 0.25);  // and it does use its share
+}
+
 TEST(Scheduler, NoRoomFromTheEngineIsRetried) {
   auto s = make(base(100, 100, 16));
   FakeEngine e(4, 16);  // the engine has far fewer blocks than the config says

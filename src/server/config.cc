@@ -120,6 +120,8 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
     t.speculative = get_bool(v, path);
   } else if (key == "preemption_budget") {
     t.preemption_budget = int32_t(get_int(v, path, 0, kI32));
+  } else if (key == "burst_tokens") {
+    t.burst_tokens = get_int(v, path, 0, 1 << 24);
   } else if (key == "queue") {
     auto r = sched::parse_queue_kind(get_str(v, path));
     if (!r.is_ok()) fail(path, r.status().message());
@@ -127,7 +129,7 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
   } else {
     fail(path,
          "unknown tier field (expected name, priority, share_min, share_max, borrow, max_queue_wait_ms, on_timeout, "
-         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, queue)");
+         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, burst_tokens, queue)");
   }
 }
 
@@ -192,7 +194,8 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
   }
   if (const YAML::Node s = root["scheduler"]) {
     check_keys(s, "scheduler", {"step_token_budget", "max_chunk_tokens", "max_queued_requests_total",
-                                "max_queued_tokens_total", "service_rate_window_ms", "kv_reserve_tokens"});
+                                "max_queued_tokens_total", "service_rate_window_ms", "kv_reserve_tokens",
+                                "share_window_steps"});
     auto& q = c.sched;
     if (s["step_token_budget"]) q.step_token_budget = get_int(s["step_token_budget"], "scheduler.step_token_budget", 1, 1 << 24);
     if (s["max_chunk_tokens"]) q.max_chunk_tokens = get_int(s["max_chunk_tokens"], "scheduler.max_chunk_tokens", 0, 1 << 24);
@@ -203,6 +206,8 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     if (s["service_rate_window_ms"])
       q.service_rate_window_ms = get_int(s["service_rate_window_ms"], "scheduler.service_rate_window_ms", 1, kI64 / 1000000);
     if (s["kv_reserve_tokens"]) q.kv_reserve_tokens = get_int(s["kv_reserve_tokens"], "scheduler.kv_reserve_tokens", 0, 1 << 24);
+    if (s["share_window_steps"])
+      q.share_window_steps = int32_t(get_int(s["share_window_steps"], "scheduler.share_window_steps", 1, 1 << 20));
   }
   if (const YAML::Node t = root["tiers"]) {
     if (!t.IsSequence()) fail("tiers", "expected a list of tiers");
@@ -357,7 +362,8 @@ std::string to_yaml(const ServerConfig& c) {
       << YAML::Key << "max_queued_requests_total" << YAML::Value << c.sched.max_queued_requests_total << YAML::Key
       << "max_queued_tokens_total" << YAML::Value << c.sched.max_queued_tokens_total << YAML::Key
       << "service_rate_window_ms" << YAML::Value << c.sched.service_rate_window_ms << YAML::Key << "kv_reserve_tokens"
-      << YAML::Value << c.sched.kv_reserve_tokens << YAML::EndMap;
+      << YAML::Value << c.sched.kv_reserve_tokens << YAML::Key << "share_window_steps" << YAML::Value
+      << c.sched.share_window_steps << YAML::EndMap;
   out << YAML::Key << "tiers" << YAML::Value << YAML::BeginSeq;
   for (const auto& t : c.sched.tiers) {
     out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "priority" << YAML::Value
@@ -367,7 +373,8 @@ std::string to_yaml(const ServerConfig& c) {
         << sched::to_string(t.on_timeout) << YAML::Key << "max_queued_requests" << YAML::Value << t.max_queued_requests
         << YAML::Key << "max_queued_tokens" << YAML::Value << t.max_queued_tokens << YAML::Key << "max_batch"
         << YAML::Value << t.max_batch << YAML::Key << "speculative" << YAML::Value << t.speculative << YAML::Key
-        << "preemption_budget" << YAML::Value << t.preemption_budget << YAML::Key << "queue" << YAML::Value
+        << "preemption_budget" << YAML::Value << t.preemption_budget << YAML::Key << "burst_tokens" << YAML::Value
+        << t.burst_tokens << YAML::Key << "queue" << YAML::Value
         << (t.queue == sched::QueueKind::kFcfs ? "fcfs" : "shortest_prompt_first") << YAML::EndMap;
   }
   out << YAML::EndSeq;

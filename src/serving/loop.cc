@@ -364,9 +364,11 @@ bool Service::Impl::step_once() {
     else ++queued[label];
     blocks[label] += info->n_blocks;
   }
+  // Share of the step: of the budget, or of all tokens when bursts took the step past it.
+  const double step_tokens = double(std::max(plan.token_budget, plan.n_tokens()));
   for (size_t t = 0; t < tier_names.size(); ++t)
     metrics.tier_gauges(int(t), queued[t], running[t], blocks[t],
-                        plan.token_budget > 0 ? double(tokens_by_label[t]) / double(plan.token_budget) : 0.0);
+                        step_tokens > 0 ? double(tokens_by_label[t]) / step_tokens : 0.0);
   metrics.tick(now, kCorrelationInterval_ns);
   if (sp.seqs.empty()) return false;
   std::lock_guard<std::mutex> lk(mu);

@@ -52,6 +52,12 @@ struct TierConfig {
   int32_t max_batch = 256;     // requests of this tier in one step
   bool speculative = false;    // passed through to the plan; the serving layer drafts
   int32_t preemption_budget = 4;  // times one request may be preempted
+  // Latency tiers: tokens this tier may compute in a step ON TOP of the shared step
+  // budget (its prompt runs in one step instead of many capped chunks), as long as its
+  // share of all tokens over the last share_window_steps steps stays within share_max.
+  // The budget bounds how long a step of the other tiers takes (what a new request of
+  // this tier waits for); the burst bounds how long its own prefill takes. 0: off.
+  int64_t burst_tokens = 0;
   QueueKind queue = QueueKind::kFcfs;
 };
 
@@ -60,6 +66,8 @@ struct SchedConfig {
   std::vector<TierConfig> tiers;
   int64_t step_token_budget = 512;  // tokens computed per engine step, all tiers together
   int64_t max_chunk_tokens = 0;     // per request and step; 0: the whole budget
+  // Steps over which a bursting tier's share_max is enforced (TierConfig::burst_tokens).
+  int32_t share_window_steps = 64;
   // KV pool as the engine reports it (the serving layer copies EngineOptions/kv_stats).
   int32_t kv_blocks_total = 1024;
   int32_t kv_block_size = 16;
@@ -73,7 +81,7 @@ struct SchedConfig {
   int64_t kv_reserve_tokens = 0;
 };
 
-// ultrafast (share_max 0.3, borrow, 200 ms -> promote), standard (share_min 0.5, 5 s ->
+// ultrafast (share_max 0.3, borrow, bursts of 512 tokens, 200 ms -> promote), standard (share_min 0.5, 5 s ->
 // reject), batch (share_min 0.05, 10 min -> reject).
 SchedConfig default_config();
 

@@ -126,6 +126,8 @@ class Scheduler {
   bool shed_for(TierId t, int64_t n_prompt);
   void collect_candidates(StepCtx& c);
   void pack(StepCtx& c);
+  void burst(StepCtx& c);
+  void record_window(const StepCtx& c);
   int64_t place(StepCtx& c, Candidate& cand, int64_t n_tokens, bool may_preempt);
   bool preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks);
   int64_t reserve_need(const Req& r, int64_t planned, int64_t blocks) const;
@@ -144,6 +146,12 @@ class Scheduler {
   int64_t last_now_ns_ = -1;
   int32_t kv_total_ = 0;
   int32_t kv_available_ = 0;
+  // Tokens planned per tier in each of the last share_window_steps plans (a ring), and
+  // their sums: what a bursting tier's share_max is checked against.
+  std::vector<std::vector<int64_t>> window_;
+  size_t window_pos_ = 0;
+  std::vector<int64_t> window_sum_;
+  int64_t window_total_ = 0;
 };
 
 }  // namespace ts::sched
