@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# The isolation experiment of issue 5, reproducible in one command:
+#   (a) capacity: a closed-loop sweep of standard requests; the highest throughput is what
+#       the engine sustains (req/s);
+#   (b) baseline: ultrafast alone at a low fixed rate -> its TTFT P50/P99 with no other load;
+#   (c) tiered: ultrafast at the same rate + standard flooded at FLOOD_FACTOR x capacity;
+#   (d) fifo: the same with `--scheduling fifo`.
+# Every cell runs on a freshly started `tierserve serve` (port 0). Outputs in OUT_DIR: one
+# bench JSON (+ per-request JSONL, HTML) per cell, /metrics before and after each cell,
+# the standard tier's share-of-step-budget gauge sampled during the cell, the server's
+# logs, and table.md. Builds nothing: expects the tierserve binary.
+#
+# Usage: bench/isolation.sh   (from anywhere; the defaults take ~8-10 minutes on Gemma 3 270M, -t 2)
+# Environment (defaults in brackets):
+#   TIERSERVE_BIN [build/bin/tierserve]   TIERSERVE_MODEL [~/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf]
+#   THREADS [2]              engine threads (`serve -t`)
+#   SERVE_ARGS []            extra `tierserve serve` flags for every cell, e.g. "--step-budget 64"
+#   BENCH_ARGS []            extra `tierserve bench` flags for every cell
+#   OUT_DIR [build/bench-results/isolation-<UTC timestamp>]
+#   SEED [7]
+#   STD_INPUT_LEN [32]  STD_OUTPUT_LEN [32]    the standard workload (words, max_tokens)
+#   UF_RATE [1]  UF_INPUT_LEN [200]  UF_OUTPUT_LEN [16]    ultrafast (req/s, words, max_tokens)
+#   CAP_SWEEP [1,2,4,8,16]  CAP_STEP_S [10]   capacity: closed-loop concurrencies, seconds each
+#   FLOOD_FACTOR [3]         standard offered = FLOOD_FACTOR x capacity (req/s)
+#   CAPACITY_RPS []          skip (a) and use this capacity
+#   BASELINE_S [70]  FLOOD_S [70]  WARMUP_S [3]    durations of the measured phases (s)
+#   TIMEOUT_S [300]          client timeout per request (a timeout is a lost request)
+#   CELLS [baseline,tiered,fifo]    which of (b)-(d) to run
+#   TABLE_ONLY [0]           1: measure nothing, rewrite OUT_DIR/table.md from its files
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${TIERSERVE_BIN:-$ROOT/build/bin/tierserve}
+MODEL=${TIERSERVE_MODEL:-$HOME/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf}
+THREADS=${THREADS:-2}
+SERVE_ARGS=${SERVE_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-}
+OUT_DIR=${OUT_DIR:-$ROOT/build/bench-results/isolation-$(date -u +%Y%m%dT%H%M%SZ)}
+SEED=${SEED:-7}
+STD_INPUT_LEN=${STD_INPUT_LEN:-32}
+STD_OUTPUT_LEN=${STD_OUTPUT_LEN:-32}
+UF_RATE=${UF_RATE:-1}
+UF_INPUT_LEN=${UF_INPUT_LEN:-200}
+UF_OUTPUT_LEN=${UF_OUTPUT_LEN:-16}
+CAP_SWEEP=${CAP_SWEEP:-1,2,4,8,16}
+CAP_STEP_S=${CAP_STEP_S:-10}
+FLOOD_FACTOR=${FLOOD_FACTOR:-3}
+CAPACITY_RPS=${CAPACITY_RPS:-}
+BASELINE_S=${BASELINE_S:-70}
+FLOOD_S=${FLOOD_S:-70}
+WARMUP_S=${WARMUP_S:-3}
+TIMEOUT_S=${TIMEOUT_S:-300}
+CELLS=${CELLS:-baseline,tiered,fifo}
+TABLE_ONLY=${TABLE_ONLY:-0}
+
+die() { echo "isolation.sh: $*" >&2; exit 1; }
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+if [ "$TABLE_ONLY" = 1 ]; then
+  read -r CAPACITY_RPS FLOOD_RPS < "$OUT_DIR/capacity.txt" || die "no $OUT_DIR/capacity.txt"
+else
+  [ -x "$BIN" ] || die "no tierserve binary at $BIN (build it, or set TIERSERVE_BIN)"
+  [ -f "$MODEL" ] || die "no model at $MODEL (set TIERSERVE_MODEL)"
+  command -v python3 > /dev/null || die "python3 is needed for the table"
+  command -v curl > /dev/null || die "curl is needed to read /metrics"
+  mkdir -p "$OUT_DIR"
+  log "output: $OUT_DIR"
+  log "model: $MODEL, -t $THREADS, serve args: '${SERVE_ARGS}', bench args: '${BENCH_ARGS}'"
+
+  SPID=""
+  SAMPLER=""
+  cleanup() {
+    if [ -n "$SAMPLER" ]; then kill "$SAMPLER" 2> /dev/null || true; fi
+    if [ -n "$SPID" ]; then
+      kill "$SPID" 2> /dev/null || true
+      wait "$SPID" 2> /dev/null || true
+    fi
+  }
+  trap cleanup EXIT
+
+  # start_server CELL [serve flags...]: a fresh server on port 0; sets SPID and URL.
+  start_server() {
+    local cell=$1
+    shift
+    local port_file="$OUT_DIR/$cell.port"
+    rm -f "$port_file"
+    # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
+    "$BIN" serve -m "$MODEL" -t "$THREADS" -p 0 --port-file "$port_file" "$@" $SERVE_ARGS \
+      > "$OUT_DIR/$cell.serve.out" 2> "$OUT_DIR/$cell.serve.err" &
+    SPID=$!
+    for _ in $(seq 1 600); do
+      [ -s "$port_file" ] && break
+      kill -0 "$SPID" 2> /dev/null || die "server for $cell exited: $(tail -5 "$OUT_DIR/$cell.serve.err")"
+      sleep 0.1
+    done
+    [ -s "$port_file" ] || die "server for $cell did not start in 60 s"
+    URL="http://127.0.0.1:$(head -1 "$port_file")"
+  }
+
+  stop_server() {
+    kill "$SPID" 2> /dev/null || true
+    local rc=0
+    wait "$SPID" || rc=$?
+    SPID=""
+    [ "$rc" = 0 ] || log "warning: server exited $rc (SIGTERM should drain and exit 0)"
+  }
+
+  # Samples the standard tier's step-budget share and queue gauges every 0.5 s.
+  start_sampler() {
+    local out=$1
+    : > "$out"
+    (
+      while true; do
+        curl -s --max-time 2 "$URL/metrics" |
+          awk -v t="$(date +%s.%N)" '/^tierserve_(step_budget_share_ratio|queued_requests|running_requests)\{tier="standard"\}/ {
+            sub(/\{.*/, "", $1); v[$1] = $2 }
+            END { print t, v["tierserve_step_budget_share_ratio"], v["tierserve_queued_requests"], v["tierserve_running_requests"] }' \
+          >> "$out" || true
+        sleep 0.5
+      done
+    ) &
+    SAMPLER=$!
+  }
+  stop_sampler() {
+    kill "$SAMPLER" 2> /dev/null || true
+    wait "$SAMPLER" 2> /dev/null || true
+    SAMPLER=""
+  }
+
+  # bench CELL args...: one `tierserve bench` run; exit 3 (an SLO failed) cannot happen
+  # without --slo, anything but 0 stops the script.
+  bench() {
+    local cell=$1
+    shift
+    local rc=0
+    # shellcheck disable=SC2086
+    "$BIN" bench --url "$URL" --timeout "$TIMEOUT_S" -q \
+      --json "$OUT_DIR/$cell.json" --requests-jsonl "$OUT_DIR/$cell.requests.jsonl" --html "$OUT_DIR/$cell.html" \
+      "$@" $BENCH_ARGS > "$OUT_DIR/$cell.bench.txt" 2> "$OUT_DIR/$cell.bench.err" || rc=$?
+    [ "$rc" = 0 ] || die "bench for $cell exited $rc: $(tail -5 "$OUT_DIR/$cell.bench.err")"
+  }
+
+  # run_cell CELL SCHEDULING DURATION_S FLOOD(yes|no): server up, metrics before, gauge
+  # sampler, the ultrafast bench (+ the standard flood bench, concurrently), metrics after,
+  # server down.
+  run_cell() {
+    local cell=$1 sched=$2 dur=$3 flood=$4
+    start_server "$cell" --scheduling "$sched"
+    log "$cell: server $URL (scheduling $sched), pid $SPID"
+    cut -d' ' -f1 /proc/loadavg > "$OUT_DIR/$cell.loadavg"
+    curl -s "$URL/metrics" > "$OUT_DIR/$cell.metrics.before.txt"
+    start_sampler "$OUT_DIR/$cell.gauges.tsv"
+    local spid_bench=""
+    if [ "$flood" = yes ]; then
+      ( bench "$cell.standard" "${STD_LOAD[@]}" --no-cold-start --warmup-s "$WARMUP_S" --duration "$dur" ) &
+      spid_bench=$!
+    fi
+    bench "$cell.ultrafast" "${UF_LOAD[@]}" --no-cold-start --warmup-s "$WARMUP_S" --duration "$dur"
+    if [ -n "$spid_bench" ]; then
+      wait "$spid_bench" || die "the standard bench of $cell failed"
+    fi
+    stop_sampler
+    cut -d' ' -f1 /proc/loadavg >> "$OUT_DIR/$cell.loadavg"
+    curl -s "$URL/metrics" > "$OUT_DIR/$cell.metrics.after.txt"
+    stop_server
+    local t
+    for t in ultrafast standard; do
+      [ -f "$OUT_DIR/$cell.$t.bench.txt" ] &&
+        log "$cell: $(grep -E "^  $t " "$OUT_DIR/$cell.$t.bench.txt" | tr -s ' ')"
+    done
+    return 0
+  }
+
+  # shellcheck disable=SC2086
+  "$BIN" serve --print-config -m "$MODEL" $SERVE_ARGS > "$OUT_DIR/config.yaml" 2> /dev/null ||
+    die "serve --print-config failed with SERVE_ARGS='$SERVE_ARGS'"
+
+  STD_WORKLOAD=(--input-len "$STD_INPUT_LEN" --output-len "$STD_OUTPUT_LEN")
+
+  # (a) capacity
+  if [ -z "$CAPACITY_RPS" ]; then
+    start_server capacity --scheduling tiered
+    log "capacity: closed-loop sweep $CAP_SWEEP, ${CAP_STEP_S} s per step, on $URL"
+    bench capacity --mode closed --sweep "$CAP_SWEEP" --sweep-step-s "$CAP_STEP_S" --warmup-s "$WARMUP_S" \
+      --tier-mix standard --seed "$SEED" "${STD_WORKLOAD[@]}"
+    stop_server
+    CAPACITY_RPS=$(python3 -c 'import json, sys
+steps = json.load(open(sys.argv[1]))["sweep"]["steps"]
+print("%.3f" % max(s["stats"]["overall"]["throughput_rps"] for s in steps))' "$OUT_DIR/capacity.json")
+  fi
+  FLOOD_RPS=$(python3 -c "print('%.3f' % ($FLOOD_FACTOR * $CAPACITY_RPS))")
+  log "capacity: $CAPACITY_RPS req/s; standard flood: $FLOOD_RPS req/s"
+  echo "$CAPACITY_RPS $FLOOD_RPS" > "$OUT_DIR/capacity.txt"
+
+  # Each tier is its own bench process with its own request shape and arrival process
+  # (one bench run has one length distribution for all tiers); both start together and run
+  # the same warm-up and duration. Files: CELL.ultrafast.* and CELL.standard.*.
+  UF_LOAD=(--tier-rate "ultrafast=$UF_RATE" --arrival poisson --seed "$SEED" --input-len "$UF_INPUT_LEN" --output-len "$UF_OUTPUT_LEN")
+  STD_LOAD=(--tier-rate "standard=$FLOOD_RPS" --arrival poisson --seed "$((SEED + 1))" "${STD_WORKLOAD[@]}")
+
+  IFS=, read -r -a cells <<< "$CELLS"
+  for cell in "${cells[@]}"; do
+    case $cell in
+      baseline)
+        log "baseline: ultrafast alone at $UF_RATE req/s for $BASELINE_S s"
+        run_cell baseline tiered "$BASELINE_S" no
+        ;;
+      tiered | fifo)
+        log "$cell: ultrafast $UF_RATE req/s + standard $FLOOD_RPS req/s for $FLOOD_S s"
+        run_cell "$cell" "$cell" "$FLOOD_S" yes
+        ;;
+      *) die "unknown cell '$cell' in CELLS (baseline, tiered, fifo)" ;;
+    esac
+  done
+fi
+
+# table.md: from the JSON, the metrics before/after and the sampled gauges of each cell.
+python3 - "$OUT_DIR" "$CAPACITY_RPS" "$FLOOD_RPS" "$FLOOD_FACTOR" "$MODEL" "$THREADS" "$SERVE_ARGS" \
+  "$UF_RATE" "$UF_INPUT_LEN" "$UF_OUTPUT_LEN" "$STD_INPUT_LEN" "$STD_OUTPUT_LEN" "$CELLS" << 'EOF' > "$OUT_DIR/table.md"
+import json, os, re, sys, time
+
+(out, cap, flood, factor, model, threads, serve_args, uf_rate, uf_in, uf_out, std_in, std_out,
+ cells) = sys.argv[1:]
+cells = cells.split(",")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def metrics(path):
+    m = {}
+    try:
+        for line in open(path):
+            if line.startswith("#") or " " not in line:
+                continue
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    except OSError:
+        pass
+    return m
+
+
+def delta(cell, name):
+    a, b = metrics(f"{out}/{cell}.metrics.after.txt"), metrics(f"{out}/{cell}.metrics.before.txt")
+    return a.get(name, 0.0) - b.get(name, 0.0)
+
+
+def tier_stats(j, tier, phase="steady"):
+    if not j or phase not in j:
+        return None
+    for t in j[phase].get("tiers", []):
+        if t["tier"] == tier:
+            return t
+    return None
+
+
+def floor_of(tier):
+    try:
+        text = open(f"{out}/config.yaml").read()
+    except OSError:
+        return None
+    m = re.search(r"- name: %s\n(?:\s+\w+: .*\n)*?\s+share_min: ([0-9.eE+-]+)" % tier, text)
+    return float(m.group(1)) if m else None
+
+
+def pct(t, p):
+    if not t or not t.get("ttft_ms") or not t["ttft_ms"].get("n"):
+        return None
+    return t["ttft_ms"][p]
+
+
+def f0(x):
+    return "—" if x is None else "%.0f" % x
+
+
+def refused(t):
+    e = t.get("errors_by_type", {}) if t else {}
+    return e.get("http_429", 0) + e.get("http_503", 0)
+
+
+def counts(j, tier):
+    """The steady state's typed outcomes, plus the warm-up's (the bench keeps only its
+    request and error counts, untyped); the server counts both phases."""
+    t = tier_stats(j, tier) or {"requests": 0, "ok": 0, "errors": 0}
+    w = j.get("warmup") or {}
+    return {"requests": t["requests"], "ok": t["ok"], "refused": refused(t),
+            "other": t["errors"] - refused(t), "warm": w.get("requests", 0), "warm_err": w.get("errors", 0)}
+
+
+def gauge_share(cell):
+    vals = []
+    try:
+        for line in open(f"{out}/{cell}.gauges.tsv"):
+            p = line.split()
+            if len(p) == 4 and float(p[2]) > 0:  # standard had queued requests
+                vals.append(float(p[1]))
+    except (OSError, ValueError):
+        pass
+    return (sum(vals) / len(vals), len(vals)) if vals else (None, 0)
+
+
+base = tier_stats(load(f"{out}/baseline.ultrafast.json"), "ultrafast")
+b50, b99 = pct(base, "p50"), pct(base, "p99")
+floor = floor_of("standard")
+print(f"## Isolation experiment ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
+print(f"- model `{os.path.basename(model)}`, `tierserve serve -t {threads} {serve_args}".rstrip()
+      + "`; load average (1 min) at each cell's start and end in the first column")
+print(f"- capacity (max throughput of a closed-loop standard sweep, {std_in}-word prompts, max_tokens {std_out}): "
+      f"**{float(cap):.2f} req/s**; standard flooded at {factor}x = {float(flood):.2f} req/s (Poisson)")
+print(f"- ultrafast: {uf_rate} req/s Poisson, {uf_in}-word prompts, max_tokens {uf_out}; "
+      f"standard floor (`share_min`): {floor}")
+print(f"- TTFT from each request's scheduled send time; raw data in `{out}`\n")
+print("| cell (load avg) | ultrafast n | ultrafast TTFT P50 / P99 ms | × baseline P50 / P99 | ultrafast errors "
+      "| standard ok / sent | standard req/s | standard out tok/s | standard share of tokens (floor) "
+      "| standard share gauge while queued (samples) | standard errors |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for cell in cells:
+    uf = tier_stats(load(f"{out}/{cell}.ultrafast.json"), "ultrafast")
+    st = tier_stats(load(f"{out}/{cell}.standard.json"), "standard")
+    p50, p99 = pct(uf, "p50"), pct(uf, "p99")
+    ratio = "—"
+    if cell != "baseline" and p50 and p99 and b50 and b99:
+        ratio = "%.2f / %.2f" % (p50 / b50, p99 / b99)
+    tok = {t: sum(delta(cell, f'tierserve_tokens_total{{tier="{t}",direction="{d}"}}') for d in ("in", "out"))
+           for t in ("ultrafast", "standard", "batch")}
+    tot = sum(tok.values())
+    share = "—" if not st or tot <= 0 else "%.3f (%s)" % (tok["standard"] / tot, floor)
+    g, ng = gauge_share(cell)
+    gs = "—" if g is None else "%.3f (%d)" % (g, ng)
+    uf_err = json.dumps(uf.get("errors_by_code", {})) if uf else "—"
+    if uf and not uf.get("errors_by_code"):
+        uf_err = "0"
+    try:
+        la = "/".join(open(f"{out}/{cell}.loadavg").read().split())
+    except OSError:
+        la = "?"
+    row = [f"{cell} ({la})", str(uf["requests"]) if uf else "—", f"{f0(p50)} / {f0(p99)}", ratio, uf_err]
+    if st:
+        errs = ", ".join(f"{k} × {v}" for k, v in sorted(st.get("errors_by_code", {}).items())) or "0"
+        row += [f"{st['ok']} / {st['requests']}", "%.2f" % st["throughput_rps"], "%.0f" % st["output_tok_s"],
+                share, gs, errs]
+    else:
+        row += ["—"] * 6
+    print("| " + " | ".join(row) + " |")
+
+print("\n### Nothing lost: accepted vs completed (steady state), and the server's counters\n")
+print("Lost = accepted − completed: timeouts, dropped connections, truncated streams. The server's "
+      "`tierserve_requests_total` deltas cover the warm-up too; they agree when its ok equals the client's "
+      "successes and its rejected + error + cancelled equal the client's errors, both over warm-up + steady.\n")
+print("| cell | tier | sent | refused 429/503 (+ Retry-After) | accepted | completed | lost | warm-up sent / errors "
+      "| server ok / rejected / error / cancelled | agree |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+
+
+def retry_after_ok(cell, tier):
+    try:
+        for line in open(f"{out}/{cell}.{tier}.requests.jsonl"):
+            r = json.loads(line)
+            if r.get("status") in (429, 503) and not r.get("retry_after_s"):
+                return False
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+for cell in cells:
+    for tier in ("ultrafast", "standard"):
+        j = load(f"{out}/{cell}.{tier}.json")
+        if not j:
+            continue
+        n = counts(j, tier)
+        srv = {o: delta(cell, f'tierserve_requests_total{{tier="{tier}",outcome="{o}"}}')
+               for o in ("ok", "rejected", "error", "cancelled")}
+        accepted = n["requests"] - n["refused"]
+        lost = accepted - n["ok"]
+        client_ok = n["ok"] + n["warm"] - n["warm_err"]
+        client_failed = n["refused"] + n["other"] + n["warm_err"]
+        agree = srv["ok"] == client_ok and srv["rejected"] + srv["error"] + srv["cancelled"] == client_failed
+        ra = "" if not n["refused"] else (" ✓" if retry_after_ok(cell, tier) else " (Retry-After missing!)")
+        print(f"| {cell} | {tier} | {n['requests']} | {n['refused']}{ra} | {accepted} | {n['ok']} | "
+              f"{lost}{' ⚠' if lost else ''} | {n['warm']} / {n['warm_err']} | {srv['ok']:.0f} / "
+              f"{srv['rejected']:.0f} / {srv['error']:.0f} / {srv['cancelled']:.0f} | {'yes' if agree else 'NO'} |")
+EOF
+log "table: $OUT_DIR/table.md"
+cat "$OUT_DIR/table.md"
