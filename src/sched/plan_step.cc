@@ -311,29 +311,24 @@ void Scheduler::pack(StepCtx& c) {
 }
 
 // Latency tiers (burst_tokens > 0), in priority order, compute what they still want on
-// top of the budget, up to their burst and within share_max of all tokens planned over
-// the window (this plan included). A tier flooding the server is back to its per-step
-// cap as soon as its windowed share is used up; one at a low rate gets its prompts done
-// in one step. KV rules are the same as for the budget's tokens (no preemption: the
-// burst is a bonus, never a reason to evict others).
+// top of the budget, up to their burst, while their tokens over the window (this plan
+// included) stay within share_max of the budget of the window's steps: the cap of
+// share_max x budget per step, enforced on average instead of in every step. A tier
+// flooding the server spends that allowance in its per-step share and gets no burst;
+// one at a low rate gets its prompts done in one step. (Budget, not tokens computed:
+// a decode token costs a step far more than a prompt token, so counting computed tokens
+// would shrink the allowance exactly when decodes make steps slow.) KV rules are those
+// of the budget's tokens, without preemption: a burst never evicts others.
 void Scheduler::burst(StepCtx& c) {
-  int64_t step_total = 0;
-  for (int64_t p : c.planned) step_total += p;
   for (TierId t = 0; t < c.n_tiers; ++t) {
     const TierConfig& tc = tiers_[size_t(t)].config();
     if (tc.burst_tokens <= 0) continue;
-    // x more tokens keep the share when (mine + x) <= share_max * (all + x).
-    const double smax = tc.share_max;
-    const double mine = double(window_sum_[size_t(t)] + c.planned[size_t(t)]);
-    const double all = double(window_total_ + step_total);
-    int64_t left = tc.burst_tokens;
-    if (smax < 1.0) left = std::min<int64_t>(left, int64_t(std::max(0.0, (smax * all - mine) / (1.0 - smax))));
+    const int64_t allowance = share_units(tc.share_max, c.budget * int64_t(window_.size()));
+    int64_t left = std::min(tc.burst_tokens, allowance - window_sum_[size_t(t)] - c.planned[size_t(t)]);
     for (Candidate& cand : c.cands[size_t(t)]) {
       if (left <= 0) break;
       if (cand.skip || cand.planned >= cand.want_burst) continue;
-      const int64_t n = place(c, cand, std::min(cand.want_burst - cand.planned, left), false);
-      left -= n;
-      step_total += n;
+      left -= place(c, cand, std::min(cand.want_burst - cand.planned, left), false);
     }
   }
 }
@@ -343,7 +338,6 @@ void Scheduler::record_window(const StepCtx& c) {
   std::vector<int64_t>& slot = window_[window_pos_];
   for (size_t t = 0; t < n; ++t) {
     window_sum_[t] += c.planned[t] - slot[t];
-    window_total_ += c.planned[t] - slot[t];
     slot[t] = c.planned[t];
   }
   window_pos_ = (window_pos_ + 1) % w;

@@ -27,6 +27,8 @@ SchedConfig base(int64_t budget = 100, int32_t kv_blocks = 100000, int32_t block
   c.step_token_budget = budget;
   c.kv_blocks_total = kv_blocks;
   c.kv_block_size = block_size;
+  // The per-step rules on their own; the Burst* tests turn bursts back on.
+  for (TierConfig& t : c.tiers) t.burst_tokens = 0;
   return c;
 }
 
@@ -456,7 +458,9 @@ TEST(Scheduler, RunningRequestsKeepTheirBatchSlots) {
 // while the flooding tier keeps its full budget: the fast request does not wait for
 // chunks of 0.3 x budget, and the others' steps are not taken from them.
 TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
-  auto s = make(base(64));
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  auto s = make(c);
   FakeEngine e(100000, 16);
   ManualClock clock;
   for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s->submit(req(id, 1, 500, 50), 0).accepted);
@@ -471,7 +475,6 @@ TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
   EXPECT_EQ(p.n_tokens(), 300 + 64 - 19);
 
   // Off (burst_tokens 0): the prompt advances by the tier's capped share per step.
-  SchedConfig c = base(64);
   c.tiers[0].burst_tokens = 0;
   auto s2 = make(c);
   FakeEngine e2(100000, 16);
@@ -494,6 +497,7 @@ TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
 // its bursts: the cap holds on average, and the standard tier keeps its floor per step.
 TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
   SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
   c.tiers[0].borrow = false;         // borrowing would lend it the idle rest anyway
   c.tiers[0].max_queue_wait_ms = 0;  // and promotion lifts the cap of requests that waited
   auto s = make(c);

@@ -54,7 +54,8 @@ struct TierConfig {
   int32_t preemption_budget = 4;  // times one request may be preempted
   // Latency tiers: tokens this tier may compute in a step ON TOP of the shared step
   // budget (its prompt runs in one step instead of many capped chunks), as long as its
-  // share of all tokens over the last share_window_steps steps stays within share_max.
+  // tokens over the last share_window_steps steps stay within share_max x budget x steps
+  // (its cap, enforced on average rather than per step).
   // The budget bounds how long a step of the other tiers takes (what a new request of
   // this tier waits for); the burst bounds how long its own prefill takes. 0: off.
   int64_t burst_tokens = 0;

@@ -147,11 +147,10 @@ class Scheduler {
   int32_t kv_total_ = 0;
   int32_t kv_available_ = 0;
   // Tokens planned per tier in each of the last share_window_steps plans (a ring), and
-  // their sums: what a bursting tier's share_max is checked against.
+  // their sums per tier: what a bursting tier's share_max is checked against.
   std::vector<std::vector<int64_t>> window_;
   size_t window_pos_ = 0;
   std::vector<int64_t> window_sum_;
-  int64_t window_total_ = 0;
 };
 
 }  // namespace ts::sched
