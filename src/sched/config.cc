@@ -54,6 +54,7 @@ SchedConfig default_config() {
   standard.share_min = 0.5;
   standard.max_queue_wait_ms = 5000;
   standard.on_timeout = {TimeoutAction::kReject, ""};
+  standard.max_batch = 16;  // bounds the decode part of a step (and so the fast tier's wait)
   TierConfig batch;
   batch.name = "batch";
   batch.priority = 2;
@@ -61,6 +62,7 @@ SchedConfig default_config() {
   batch.max_queue_wait_ms = 10 * 60 * 1000;
   batch.on_timeout = {TimeoutAction::kReject, ""};
   batch.max_queued_requests = 16384;
+  batch.max_batch = 16;
   c.tiers = {fast, standard, batch};
   return c;
 }

@@ -27,8 +27,12 @@ SchedConfig base(int64_t budget = 100, int32_t kv_blocks = 100000, int32_t block
   c.step_token_budget = budget;
   c.kv_blocks_total = kv_blocks;
   c.kv_block_size = block_size;
-  // The per-step rules on their own; the Burst* tests turn bursts back on.
-  for (TierConfig& t : c.tiers) t.burst_tokens = 0;
+  // The share rules on their own: no bursts (the Burst* tests turn them back on) and
+  // batches large enough that max_batch never binds unless a test sets it.
+  for (TierConfig& t : c.tiers) {
+    t.burst_tokens = 0;
+    t.max_batch = 256;
+  }
   return c;
 }
 

@@ -65,7 +65,10 @@ struct TierConfig {
 struct SchedConfig {
   // Any order; the scheduler sorts them by priority.
   std::vector<TierConfig> tiers;
-  int64_t step_token_budget = 512;  // tokens computed per engine step, all tiers together
+  // Tokens computed per engine step, all tiers together. A step's length is what a newly
+  // arrived request of the fast tier waits for; 64 keeps it short on a CPU without
+  // slowing prefill (docs/BENCHMARKS.md, isolation).
+  int64_t step_token_budget = 64;
   int64_t max_chunk_tokens = 0;     // per request and step; 0: the whole budget
   // Steps over which a bursting tier's share_max is enforced (TierConfig::burst_tokens).
   int32_t share_window_steps = 64;
@@ -82,8 +85,9 @@ struct SchedConfig {
   int64_t kv_reserve_tokens = 0;
 };
 
-// ultrafast (share_max 0.3, borrow, bursts of 512 tokens, 200 ms -> promote), standard (share_min 0.5, 5 s ->
-// reject), batch (share_min 0.05, 10 min -> reject).
+// ultrafast (share_max 0.3, borrow, bursts of 512 tokens, 200 ms -> promote), standard
+// (share_min 0.5, 5 s -> reject, max_batch 16), batch (share_min 0.05, 10 min -> reject,
+// max_batch 16).
 SchedConfig default_config();
 
 enum class ConfigErrorCode : uint8_t {
