@@ -10,11 +10,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/rng.h"
@@ -126,6 +130,31 @@ struct Driver {
   SeqId preempt_id = 0;
   int preempt_at = -1;
   int64_t total_reused = 0;
+  // Interruptible steps: every step is first tried with the engine's interrupt flag raised
+  // by a thread after a random delay (0: before the step starts); an interrupted step must
+  // change nothing and is then run again without interruption.
+  std::atomic<bool>* interrupt = nullptr;
+  int n_interrupted = 0, n_interrupted_mid = 0;  // of which by the thread, during the step
+  Rng rng{99};
+  int64_t last_step_ns = 0;
+  std::atomic<int64_t> fire_at_ns{-1};
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // The thread that raises the flag at fire_at_ns (spinning: a sleeping thread wakes too late).
+  void start_raiser(std::thread* th, std::atomic<bool>* stop) {
+    *th = std::thread([this, stop] {
+      while (!stop->load()) {
+        const int64_t t = fire_at_ns.load();
+        if (t >= 0 && now_ns() >= t) {
+          interrupt->store(true);
+          fire_at_ns.store(-1);
+        }
+      }
+    });
+  }
 
   void run(Engine& e, std::vector<Req>& reqs) {
     for (int step = 0; step < 10000; ++step) {
@@ -168,8 +197,47 @@ struct Driver {
           plan.seqs.push_back(std::move(s));
           left -= int(k);
         }
+      if (interrupt) {
+        const engine::KvStats before = e.kv_stats();
+        plan.interruptible = true;
+        // A third of the steps with the flag up from the start; the others with it raised
+        // by the spinning thread at a random point of the previous step's duration.
+        const bool at_start = rng.next_u64() % 3 == 0;
+        const int64_t delay_ns = at_start ? 0 : 1 + int64_t(rng.next_u64() % uint64_t(last_step_ns + 1));
+        interrupt->store(at_start);
+        if (!at_start) fire_at_ns.store(now_ns() + delay_ns);
+        const engine::StepResult tried = e.step(plan);
+        fire_at_ns.store(-1);
+        interrupt->store(false);
+        plan.interruptible = false;
+        EXPECT_TRUE(e.check_consistency());
+        if (tried.stats.interrupted) {
+          ++n_interrupted;
+          n_interrupted_mid += !at_start;
+          for (size_t i = 0; i < plan.seqs.size(); ++i) {
+            ASSERT_EQ(tried.seqs[i].outcome, SeqOutcome::kInterrupted);
+            const Req& r = *std::find_if(reqs.begin(), reqs.end(), [&](const Req& q) { return q.id == plan.seqs[i].seq; });
+            ASSERT_EQ(tried.seqs[i].n_computed, r.n_done);
+            ASSERT_EQ(e.info(r.id)->n_computed, r.n_done);
+          }
+          EXPECT_EQ(e.kv_stats().used, before.used);
+        } else {
+          // Not interrupted (the flag came too late): it is the step; use its results.
+          apply(e, reqs, plan, tried);
+          continue;
+        }
+      }
       const engine::StepResult res = e.step(plan);
+      apply(e, reqs, plan, res);
+    }
+    FAIL() << "did not finish";
+  }
+
+  void apply(Engine& e, std::vector<Req>& reqs, const engine::StepPlan& plan, const engine::StepResult& res) {
+    last_step_ns = res.stats.time_ns;
+    {
       ASSERT_EQ(res.seqs.size(), plan.seqs.size());
+      EXPECT_FALSE(res.stats.interrupted);
       EXPECT_TRUE(e.check_consistency());
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         ASSERT_EQ(res.seqs[i].outcome, SeqOutcome::kOk) << res.seqs[i].error;
@@ -186,7 +254,6 @@ struct Driver {
         }
       }
     }
-    FAIL() << "did not finish";
   }
 };
 
@@ -387,6 +454,53 @@ TEST(Batching, PreemptedSequenceRecomputesSameOutput) {
       EXPECT_FALSE((*e)->contains(reqs[2].id));  // removed when done
       for (const Req& r : reqs) EXPECT_EQ(r.out, solo(*m, r.prompt, r.n_gen, r.cfg.sampling)) << r.id;
     }
+}
+
+// Steps interrupted at random layer boundaries (a thread raises the flag mid-step) or
+// before they start change nothing: the KV pool is as before, and running the plan again
+// gives every sequence exactly its solo output (llama family and, when present, the
+// default Gemma 3 model). Greedy and seeded sampling, with prefix reuse.
+void expect_interrupted_steps_change_nothing(const std::string& path, int n_seqs, int n_gen, bool sample) {
+  auto m = load(path);
+  ASSERT_TRUE(m);
+  EngineOptions eo;
+  eo.n_blocks = 256;
+  auto e = Engine::create(*m, eo);
+  ASSERT_TRUE(e.is_ok());
+  std::atomic<bool> flag{false};
+  (*e)->set_interrupt_flag(&flag);
+  std::vector<Req> reqs = make_reqs(m->config().n_vocab, n_seqs, n_gen, 5, sample);
+  Driver d;
+  d.reuse = true;
+  d.interrupt = &flag;
+  std::thread raiser;
+  std::atomic<bool> stop{false};
+  d.start_raiser(&raiser, &stop);
+  d.run(**e, reqs);
+  stop.store(true);
+  raiser.join();
+  for (const Req& r : reqs) EXPECT_EQ(r.out, solo(*m, r.prompt, r.n_gen, r.cfg.sampling)) << r.id;
+  EXPECT_GT(d.n_interrupted, 0);  // a third of the steps at least (flag raised before them)
+  // How many stopped mid-pass depends on thread timing (typically most of the others).
+  std::printf("%s: %d steps interrupted, %d of them during the step\n", path.c_str(), d.n_interrupted,
+              d.n_interrupted_mid);
+  EXPECT_EQ((*e)->kv_stats().used, 0);
+  EXPECT_TRUE((*e)->check_consistency());
+}
+
+TEST(Batching, InterruptedStepsChangeNothing) {
+  expect_interrupted_steps_change_nothing(kStories, 8, 12, false);
+  expect_interrupted_steps_change_nothing(kStories, 8, 12, true);
+  expect_interrupted_steps_change_nothing(tiny_model("qwen3", "q4_k"), 6, 8, false);
+}
+
+TEST(Batching, DefaultModelInterruptedStepsChangeNothing) {
+  const char* dir = std::getenv("TIERSERVE_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string path = (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/tierserve/models") +
+                           "/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  expect_interrupted_steps_change_nothing(path, 4, 4, false);
 }
 
 TEST(Batching, NoRoomIsAnAnswer) {

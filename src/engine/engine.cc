@@ -23,6 +23,7 @@ const char* seq_outcome_name(SeqOutcome o) {
     case SeqOutcome::kOk: return "ok";
     case SeqOutcome::kNoRoom: return "no_room";
     case SeqOutcome::kInvalid: return "invalid";
+    case SeqOutcome::kInterrupted: return "interrupted";
   }
   return "?";
 }
@@ -382,10 +383,35 @@ StepResult Engine::step(const StepPlan& plan) {
     fb.seqs = b_views_;
     fb.out_rows = rel_out;
     fb.logits = logits_.data() + int64_t(o_begin) * n_vocab_;
-    model_.arch().forward(fb, *kv_, *ws_, model_.pool());
+    fb.interrupt = plan.interruptible ? interrupt_ : nullptr;
+    const bool done = model_.arch().forward(fb, *kv_, *ws_, model_.pool());
     ++r.stats.n_forward;
+    if (!done) {
+      r.stats.interrupted = true;
+      break;
+    }
   }
   r.stats.forward_ns = now_ns() - tf0;
+
+  // 3b. Interrupted: nothing is committed. The blocks reserved for this step's tokens go
+  // back (a block copied on write keeps its copy: same content below p0); the cells
+  // written beyond p0 are overwritten when the tokens are computed again.
+  if (r.stats.interrupted) {
+    for (const Item& it : items) {
+      const int64_t bs = opts_.block_size;
+      release_blocks(*it.s, size_t((it.p0 + bs - 1) / bs));
+      SeqResult& res = r.seqs[it.entry];
+      res.outcome = SeqOutcome::kInterrupted;
+      res.n_computed = it.p0;
+      res.n_blocks = int32_t(it.s->blocks.size());
+    }
+    r.stats.kv_blocks_total = pool_->n_blocks();
+    r.stats.kv_blocks_used = pool_->n_used();
+    r.stats.kv_blocks_cached = pool_->n_cached();
+    r.stats.kv_blocks_free = pool_->n_free();
+    r.stats.time_ns = now_ns() - t0;
+    return r;
+  }
 
   // 4. Commit the tokens, sample, register newly full blocks.
   for (const Item& it : items) {

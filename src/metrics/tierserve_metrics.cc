@@ -52,6 +52,10 @@ std::vector<MetricDef> build() {
                                          "Pearson correlation of per-interval mean latency of the fastest and the "
                                          "standard tier over a rolling window (near 1: a shared bottleneck).",
                                          T::kGauge, {}, {}};
+  d[idx(Metric::kStepsInterrupted)] = {"tierserve_steps_interrupted_total",
+                                       "Engine steps abandoned at a layer boundary for an arriving request of an "
+                                       "interrupting tier (planned again).",
+                                       T::kCounter, {}, {}};
   return d;
 }
 

@@ -222,7 +222,7 @@ std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threa
   return ws;
 }
 
-void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
                      ThreadPool& pool) const {
   auto& ws = static_cast<Gemma3Workspace&>(wsb);
   int64_t n = int64_t(batch.tokens.size());
@@ -247,6 +247,7 @@ void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
   });
 
   for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    if (batch.interrupted()) return false;
     const Layer& L = layers_[size_t(l)];
     const bool last = l + 1 == int(cfg_.n_layer);
     const engine::ops::RopeConfig& rope = L.local ? rope_local_ : rope_global_;
@@ -282,7 +283,7 @@ void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
 
     // In the last layer only the rows whose logits are wanted go on.
     if (last && n_out < n) {
-      if (n_out == 0) return;
+      if (n_out == 0) return true;
       for (int64_t j = 0; j < n_out; ++j) {
         const int64_t src = batch.out_rows[size_t(j)];
         TS_CHECK(src >= j && src < n);
@@ -391,13 +392,15 @@ void Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
   }
 
   // Logits of the wanted rows (ws.xn holds exactly those rows now, in out_rows order).
-  if (n_out == 0) return;
+  if (n_out == 0) return true;
+  if (batch.interrupted()) return false;
   TS_CHECK(n == n_out);
   output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
   if (softcap_ > 0.0f) {
     const float inv = 1.0f / softcap_;
     for (int64_t i = 0; i < n * cfg_.n_vocab; ++i) batch.logits[i] = std::tanh(batch.logits[i] * inv) * softcap_;
   }
+  return true;
 }
 
 // --- registration ----------------------------------------------------------------------

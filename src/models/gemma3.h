@@ -38,7 +38,7 @@ class Gemma3 final : public engine::Architecture {
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<engine::Workspace> make_workspace(int64_t max_tokens, int n_threads) const override;
   void prepare(ThreadPool& pool, const engine::ModelOptions& opts) override;
-  void forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& ws,
+  bool forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& ws,
                ThreadPool& pool) const override;
 
   // For tests and reports.

@@ -171,7 +171,7 @@ std::unique_ptr<engine::Workspace> LlamaFamily::make_workspace(int64_t T, int n_
   return ws;
 }
 
-void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
                           ThreadPool& pool) const {
   auto& ws = static_cast<LlamaWorkspace&>(wsb);
   int64_t n = int64_t(batch.tokens.size());
@@ -193,6 +193,7 @@ void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
   });
 
   for (int l = 0; l < int(cfg_.n_layer); ++l) {
+    if (batch.interrupted()) return false;
     const Layer& L = layers_[size_t(l)];
     const bool last = l + 1 == int(cfg_.n_layer);
 
@@ -228,7 +229,7 @@ void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
 
     // In the last layer only the rows whose logits are wanted go on.
     if (last && n_out < n) {
-      if (n_out == 0) return;
+      if (n_out == 0) return true;
       for (int64_t j = 0; j < n_out; ++j) {
         const int64_t src = batch.out_rows[size_t(j)];
         TS_CHECK(src >= j && src < n);
@@ -326,9 +327,11 @@ void LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
   }
 
   // Logits of the wanted rows (ws.xn holds exactly those rows now, in out_rows order).
-  if (n_out == 0) return;
+  if (n_out == 0) return true;
+  if (batch.interrupted()) return false;
   TS_CHECK(n == n_out);
   output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
+  return true;
 }
 
 }  // namespace ts::models

@@ -48,6 +48,7 @@ SchedConfig default_config() {
   fast.on_timeout = {TimeoutAction::kPromote, ""};
   fast.speculative = true;
   fast.burst_tokens = 512;
+  fast.interrupt = true;
   TierConfig standard;
   standard.name = "standard";
   standard.priority = 1;

@@ -41,6 +41,8 @@ struct Scheduler::StepCtx {
   std::unordered_map<const Req*, int64_t> reserve_of;
   int64_t reserve_total = 0;
   std::unordered_set<const Req*> in_plan;  // got tokens in this plan: never a victim
+  bool exclusive = false;                  // make_exclusive(): interrupting tiers only
+  std::vector<int64_t> entitled;           // min(floor, demand) per tier, before make_exclusive
 };
 
 namespace {
@@ -339,8 +341,69 @@ void Scheduler::record_window(const StepCtx& c) {
   for (size_t t = 0; t < n; ++t) {
     window_sum_[t] += c.planned[t] - slot[t];
     slot[t] = c.planned[t];
+    window_floor_sum_[t] += c.entitled[t] - window_floor_[window_pos_][t];
+    window_floor_[window_pos_][t] = c.entitled[t];
   }
+  n_exclusive_ += int32_t(c.exclusive) - int32_t(window_exclusive_[window_pos_]);
+  window_exclusive_[window_pos_] = c.exclusive;
   window_pos_ = (window_pos_ + 1) % w;
+}
+
+// An interrupted step computed nothing: its tokens leave the window again.
+void Scheduler::unrecord_window(TierId t, int64_t n_tokens) {
+  const size_t w = window_.size();
+  if (w == 0 || t < 0 || size_t(t) >= window_sum_.size()) return;
+  window_[(window_pos_ + w - 1) % w][size_t(t)] -= n_tokens;
+  window_sum_[size_t(t)] -= n_tokens;
+}
+
+// Whether interrupting tier t may take a step of its own now: exclusive steps stay within
+// share_max of the window's steps, and a bursting tier's tokens within its allowance.
+bool Scheduler::may_run_exclusive(TierId t, int64_t budget) const {
+  const TierConfig& tc = tiers_[size_t(t)].config();
+  if (!tc.interrupt || window_.empty()) return false;
+  const int64_t w = int64_t(window_.size());
+  if (n_exclusive_ + 1 > share_units(tc.share_max, w)) return false;
+  return tc.burst_tokens <= 0 || share_units(tc.share_max, budget * w) - window_sum_[size_t(t)] > 0;
+}
+
+// Every other tier with demand keeps its floor over the window with this step given
+// to the interrupting tiers: what it received stays at least what its floor entitled it
+// to, counting this step (nothing received, min(floor, demand) entitled) in place of the
+// plan that leaves the window.
+bool Scheduler::floors_allow_exclusive(const StepCtx& c) const {
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    const size_t u = size_t(t);
+    if (tiers_[u].config().interrupt || c.demand[u] == 0) continue;
+    const int64_t got = window_sum_[u] - window_[window_pos_][u];
+    const int64_t owed = window_floor_sum_[u] - window_floor_[window_pos_][u] + c.entitled[u];
+    if (got < owed) return false;
+  }
+  return true;
+}
+
+// 3b. An interrupting tier with prompt left (a new, resumed or partly computed prompt)
+// takes the step alone: the other tiers' candidates sit this step out. Their floors hold
+// over the window instead (may_run_exclusive bounds how many steps go this way).
+void Scheduler::make_exclusive(StepCtx& c) {
+  c.entitled.resize(size_t(c.n_tiers));
+  for (size_t t = 0; t < size_t(c.n_tiers); ++t) c.entitled[t] = std::min(c.tok_floor[t], c.demand[t]);
+  bool any = false;
+  for (TierId t = 0; t < c.n_tiers && !any; ++t) {
+    if (!may_run_exclusive(t, c.budget)) continue;
+    for (const Candidate& cand : c.cands[size_t(t)])
+      if (cand.q->state == RequestState::kQueued || cand.q->remaining() > 1) {
+        any = true;
+        break;
+      }
+  }
+  if (!any || !floors_allow_exclusive(c)) return;
+  c.exclusive = true;
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    if (tiers_[size_t(t)].config().interrupt) continue;
+    c.cands[size_t(t)].clear();
+    c.demand[size_t(t)] = 0;
+  }
 }
 
 // Nothing could be planned although there is demand: every block is held by requests
@@ -453,7 +516,17 @@ Plan Scheduler::schedule(int64_t now_ns) {
   c.kv_cap.assign(n, 0);
   c.kv_reserve.assign(n, 0);
   c.kv_limited.assign(n, false);
+  if (window_.size() != size_t(cfg_.share_window_steps)) {
+    window_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
+    window_sum_.assign(n, 0);
+    window_floor_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
+    window_floor_sum_.assign(n, 0);
+    window_exclusive_.assign(size_t(cfg_.share_window_steps), false);
+    n_exclusive_ = 0;
+    window_pos_ = 0;
+  }
   collect_candidates(c);
+  make_exclusive(c);
   for (const TierState& ts : ts_)
     for (RequestId id : ts.running) {
       const Req& r = reqs_.at(id);
@@ -484,10 +557,6 @@ Plan Scheduler::schedule(int64_t now_ns) {
     c.kv_reserve[t] = std::clamp<int64_t>(c.kv_floor[t] - c.kv_held[t], 0, need);
   }
 
-  if (window_.size() != size_t(cfg_.share_window_steps)) {
-    window_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
-    window_sum_.assign(n, 0);
-  }
   pack(c);
   burst(c);
   break_deadlock(c);
@@ -498,6 +567,15 @@ Plan Scheduler::schedule(int64_t now_ns) {
   plan.now_ns = now_ns;
   plan.token_budget = c.budget;
   finish_plan(c, plan);
+  plan.exclusive = c.exclusive;
+  if (!c.exclusive) {
+    bool interrupter_prompt = false, may_interrupt = false;
+    for (const PlanEntry& e : plan.entries)
+      if (tiers_[size_t(e.tier)].config().interrupt && (e.n_tokens > 1 || e.kind != EntryKind::kContinue))
+        interrupter_prompt = true;
+    for (TierId t = 0; t < c.n_tiers; ++t) may_interrupt = may_interrupt || may_run_exclusive(t, c.budget);
+    plan.interruptible = may_interrupt && !interrupter_prompt && !plan.entries.empty();
+  }
   return plan;
 }
 

@@ -246,6 +246,9 @@ Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
       case StepOutcome::kNoRoom:
         no_room = true;  // nothing changed; the next plan sees the real free count
         break;
+      case StepOutcome::kInterrupted:
+        unrecord_window(pe->second->tier, pe->second->n_tokens);  // not computed after all
+        break;
       case StepOutcome::kInvalid:
         freed += q.n_blocks;
         end(q.r.id, EventKind::kFailed, Reason::kEngineError, "engine refused the step");

@@ -31,6 +31,7 @@ SchedConfig base(int64_t budget = 100, int32_t kv_blocks = 100000, int32_t block
   // batches large enough that max_batch never binds unless a test sets it.
   for (TierConfig& t : c.tiers) {
     t.burst_tokens = 0;
+    t.interrupt = false;  // the Interrupt* tests turn it back on
     t.max_batch = 256;
   }
   return c;
@@ -522,6 +523,121 @@ TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
   ASSERT_GT(all, 0);
   EXPECT_LE(double(fast) / double(all), 0.3 + 0.02);
   EXPECT_GE(double(fast) / double(all), 0.25);  // and it does use its share
+}
+
+// An interrupting tier's new prompt takes a step of its own (the others sit it out), and
+// that step cannot be interrupted; steps with only its decodes can.
+TEST(Scheduler, InterruptTierPromptRunsInAnExclusiveStep) {
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  c.tiers[0].interrupt = true;
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s->submit(req(id, 1, 500, 50), 0).accepted);
+  Plan p = run_step(*s, e, clock);
+  EXPECT_FALSE(p.exclusive);
+  EXPECT_TRUE(p.interruptible);  // standard work only, and ultrafast may take a step
+  ASSERT_TRUE(s->submit(req(100, 0, 300, 8), clock.now_ns()).accepted);
+  p = run_step(*s, e, clock);
+  EXPECT_TRUE(p.exclusive);
+  EXPECT_FALSE(p.interruptible);
+  ASSERT_EQ(p.entries.size(), 1u);
+  EXPECT_EQ(p.entries[0].id, 100u);
+  EXPECT_EQ(p.entries[0].n_tokens, 300);  // the whole prompt (burst)
+  EXPECT_EQ(p.tiers[1].tokens_planned, 0);
+  EXPECT_EQ(p.n_priority_inversions, 0);
+  // Its decodes share steps with standard again, and those steps are interruptible.
+  p = run_step(*s, e, clock);
+  EXPECT_FALSE(p.exclusive);
+  EXPECT_TRUE(p.interruptible);
+  EXPECT_GT(p.tiers[1].tokens_planned, 0);
+  bool fast_decode = false;
+  for (const PlanEntry& en : p.entries) fast_decode |= en.id == 100 && en.n_tokens == 1;
+  EXPECT_TRUE(fast_decode);
+
+  // Off: the prompt shares its step with the other tiers' budget (the burst rule alone).
+  c.tiers[0].interrupt = false;
+  auto s2 = make(c);
+  FakeEngine e2(100000, 16);
+  for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s2->submit(req(id, 1, 500, 50), 0).accepted);
+  p = run_step(*s2, e2, clock);
+  EXPECT_FALSE(p.interruptible);
+  ASSERT_TRUE(s2->submit(req(100, 0, 300, 8), clock.now_ns()).accepted);
+  p = run_step(*s2, e2, clock);
+  EXPECT_FALSE(p.exclusive);
+  EXPECT_EQ(p.tiers[1].tokens_planned, 64 - 19);
+}
+
+// A flood of small prompts of an interrupting tier: exclusive steps stay within share_max
+// of every window of steps, so the other tiers keep their floors over the window.
+TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  c.tiers[0].interrupt = true;
+  c.tiers[0].max_queue_wait_ms = 0;
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  RequestId id = 1;
+  std::vector<bool> excl;
+  std::vector<int64_t> standard;
+  for (int i = 0; i < 400; ++i) {
+    while (s->queue_depth(0) < 4) ASSERT_TRUE(s->submit(req(id++, 0, 8, 2), clock.now_ns()).accepted);
+    while (s->queue_depth(1) < 4) ASSERT_TRUE(s->submit(req(id++, 1, 200, 4), clock.now_ns()).accepted);
+    const Plan p = run_step(*s, e, clock);
+    excl.push_back(p.exclusive);
+    standard.push_back(p.tiers[1].tokens_planned);
+    if (!p.exclusive) EXPECT_GE(p.tiers[1].tokens_planned, p.tiers[1].tokens_floor);
+  }
+  const int w = c.share_window_steps;
+  int64_t n_excl = 0;
+  for (int i = 0; i + w <= int(excl.size()); ++i) {
+    int n = 0;
+    int64_t std_tokens = 0;
+    for (int j = i; j < i + w; ++j) {
+      n += excl[size_t(j)];
+      std_tokens += standard[size_t(j)];
+    }
+    EXPECT_LE(n, 19) << "window at step " << i;          // 0.3 x 64
+    EXPECT_GE(std_tokens, int64_t(0.5 * 64 * w)) << i;  // standard's floor, over the window
+    if (i == 0) n_excl = n;
+  }
+  EXPECT_GT(n_excl, 0);  // and the fast tier does get exclusive steps
+}
+
+// An interrupted step changes nothing: the same work is planned again, and its tokens do
+// not count against the interrupting tier's window.
+TEST(Scheduler, InterruptedStepIsPlannedAgain) {
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  c.tiers[0].interrupt = true;
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(s->submit(req(id, 1, 40, 50), 0).accepted);
+  run_step(*s, e, clock);
+  const Plan p = s->schedule(clock.now_ns());
+  ASSERT_TRUE(p.interruptible);
+  StepUpdate u;
+  for (const PlanEntry& en : p.entries) {
+    RequestResult r;
+    r.id = en.id;
+    r.outcome = StepOutcome::kInterrupted;
+    r.n_computed = s->info(en.id)->n_computed;
+    r.n_blocks = s->info(en.id)->n_blocks;
+    u.requests.push_back(r);
+  }
+  std::vector<int64_t> before;
+  for (RequestId id = 1; id <= 4; ++id) before.push_back(s->info(id)->n_computed);
+  ASSERT_TRUE(s->update(p, u).is_ok());
+  for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(s->info(id)->n_computed, before[size_t(id - 1)]);
+  const Plan again = s->schedule(clock.now_ns());
+  ASSERT_EQ(again.entries.size(), p.entries.size());
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    EXPECT_EQ(again.entries[i].id, p.entries[i].id);
+    EXPECT_EQ(again.entries[i].n_tokens, p.entries[i].n_tokens);
+  }
 }
 
 TEST(Scheduler, NoRoomFromTheEngineIsRetried) {

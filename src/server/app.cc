@@ -124,6 +124,7 @@ void App::stats(std::shared_ptr<Responder> out) const {
                       {"n_active", s.n_active},
                       {"n_engine_seqs", s.n_engine_seqs},
                       {"n_steps", s.n_steps},
+                      {"n_steps_interrupted", s.n_interrupted},
                       {"kv",
                        {{"block_size", s.kv.block_size},
                         {"total", s.kv.total},

@@ -122,6 +122,8 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
     t.preemption_budget = int32_t(get_int(v, path, 0, kI32));
   } else if (key == "burst_tokens") {
     t.burst_tokens = get_int(v, path, 0, 1 << 24);
+  } else if (key == "interrupt") {
+    t.interrupt = get_bool(v, path);
   } else if (key == "queue") {
     auto r = sched::parse_queue_kind(get_str(v, path));
     if (!r.is_ok()) fail(path, r.status().message());
@@ -129,7 +131,7 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
   } else {
     fail(path,
          "unknown tier field (expected name, priority, share_min, share_max, borrow, max_queue_wait_ms, on_timeout, "
-         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, burst_tokens, queue)");
+         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, burst_tokens, interrupt, queue)");
   }
 }
 
@@ -374,7 +376,8 @@ std::string to_yaml(const ServerConfig& c) {
         << YAML::Key << "max_queued_tokens" << YAML::Value << t.max_queued_tokens << YAML::Key << "max_batch"
         << YAML::Value << t.max_batch << YAML::Key << "speculative" << YAML::Value << t.speculative << YAML::Key
         << "preemption_budget" << YAML::Value << t.preemption_budget << YAML::Key << "burst_tokens" << YAML::Value
-        << t.burst_tokens << YAML::Key << "queue" << YAML::Value
+        << t.burst_tokens << YAML::Key << "interrupt" << YAML::Value << t.interrupt << YAML::Key << "queue"
+        << YAML::Value
         << (t.queue == sched::QueueKind::kFcfs ? "fcfs" : "shortest_prompt_first") << YAML::EndMap;
   }
   out << YAML::EndSeq;

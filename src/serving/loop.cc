@@ -281,8 +281,14 @@ bool Service::Impl::step_once() {
   }
 
   std::vector<int64_t> tokens_by_label(tier_names.size(), 0);
+  sp.interruptible = plan.interruptible;
   if (!sp.seqs.empty()) {
     const engine::StepResult res = engine->step(sp);
+    if (res.stats.interrupted) {
+      metrics.step_interrupted();
+      std::lock_guard<std::mutex> lk(mu);
+      ++n_interrupted;
+    }
     const int64_t t_done = clock->now_ns();
     for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i) {
       const engine::SeqResult& sr = res.seqs[i];
@@ -332,6 +338,14 @@ bool Service::Impl::step_once() {
           rr.outcome = sched::StepOutcome::kNoRoom;
           // A start or resume that did not run must not keep the prefix blocks it
           // attached: the scheduler counts it as holding none.
+          if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
+            (void)engine->preempt(e.id);
+            r.n_computed = 0;
+          }
+          break;
+        case engine::SeqOutcome::kInterrupted:
+          // Nothing happened; as for kNoRoom, a start or resume gives back its prefix.
+          rr.outcome = sched::StepOutcome::kInterrupted;
           if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
             (void)engine->preempt(e.id);
             r.n_computed = 0;
@@ -415,6 +429,7 @@ void Service::Impl::run() {
     {
       std::unique_lock<std::mutex> lk(mu);
       if (!stopping && inbox.empty() && cancels.empty() && reqs.empty()) wake.wait_for(lk, poll);
+      interrupt.store(false, std::memory_order_relaxed);  // what raised it is in `in` now
       in.swap(inbox);
       cx.swap(cancels);
       stop = stopping;

@@ -64,6 +64,10 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
   impl->max_seq_len = impl->engine->max_seq_len();
   impl->n_vocab = model.config().n_vocab;
   impl->kv = kv;
+  if (!opts.fifo)
+    for (const sched::TierConfig& t : cfg.tiers)
+      if (t.interrupt) impl->interrupting.push_back(t.name);
+  impl->engine->set_interrupt_flag(&impl->interrupt);
   Impl* p = impl.get();
   std::unique_ptr<Service> svc(new Service(std::move(impl)));
   p->thread = std::thread([p] { p->run(); });
@@ -100,7 +104,10 @@ Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
     if (m.draining) return unavailable("the service is draining");
     id = m.next_id++;
     ++m.n_active;
+    const bool interrupts =
+        std::find(m.interrupting.begin(), m.interrupting.end(), req.tier) != m.interrupting.end();
     m.inbox.push_back(Impl::Pending{id, std::move(req), std::move(cb), max_tokens, arrival});
+    if (interrupts) m.interrupt.store(true, std::memory_order_relaxed);
   }
   m.wake.notify_one();
   return id;
@@ -154,6 +161,7 @@ Stats Service::stats() const {
   s.draining = m.draining || m.stopping;
   s.n_active = m.n_active;
   s.n_steps = m.n_steps;
+  s.n_interrupted = m.n_interrupted;
   s.n_engine_seqs = m.n_engine_seqs;
   s.kv = m.kv;
   return s;

@@ -2,6 +2,7 @@
 // drain, shutdown) and loop.cc (the engine-loop thread). Private to the layer.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -36,6 +37,11 @@ struct Service::Impl {
   std::vector<std::string> tier_names;  // priority order; the labels of responses and metrics
   int64_t max_seq_len = 0;
   int64_t n_vocab = 0;
+  std::vector<std::string> interrupting;  // tiers whose arrivals interrupt a step (not in FIFO mode)
+
+  // Raised by submit() for an interrupting tier, cleared by the loop when it takes the
+  // inbox; the engine watches it during interruptible steps.
+  std::atomic<bool> interrupt{false};
 
   // --- owned by the loop thread ------------------------------------------------------
   std::unique_ptr<engine::Engine> engine;
@@ -62,6 +68,7 @@ struct Service::Impl {
   int64_t n_active = 0;           // submitted, no final update yet (inbox included)
   RequestId next_id = 1;
   int64_t n_steps = 0;
+  int64_t n_interrupted = 0;
   int64_t n_engine_seqs = 0;
   engine::KvStats kv;
   std::thread thread;

@@ -31,6 +31,7 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::st
     t.share = reg_->gauge(idx(Metric::kStepBudgetShare), l);
   }
   inversions_ = reg_->counter(idx(Metric::kPriorityInversions));
+  interrupted_ = reg_->counter(idx(Metric::kStepsInterrupted));
   correlation_ = reg_->gauge(idx(Metric::kLatencyCorrelation));
 }
 
@@ -86,6 +87,10 @@ void ServiceMetrics::tier_gauges(int tier, int64_t n_queued, int64_t n_running, 
 
 void ServiceMetrics::priority_inversions(int64_t n) {
   if (reg_ && n > 0) inversions_->inc(uint64_t(n));
+}
+
+void ServiceMetrics::step_interrupted() {
+  if (reg_) interrupted_->inc();
 }
 
 void ServiceMetrics::tick(int64_t now_ns, int64_t interval_ns) {

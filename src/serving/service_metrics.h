@@ -37,6 +37,8 @@ class ServiceMetrics {
   // Per step.
   void tier_gauges(int tier, int64_t n_queued, int64_t n_running, int64_t kv_blocks, double budget_share);
   void priority_inversions(int64_t n);
+  // A step abandoned for an interrupting tier's arrival.
+  void step_interrupted();
   // Closes a correlation interval when `interval_ns` has passed since the last one.
   void tick(int64_t now_ns, int64_t interval_ns);
 
@@ -50,6 +52,7 @@ class ServiceMetrics {
   metrics::Registry* reg_;
   std::vector<Tier> tiers_;
   metrics::Counter* inversions_ = nullptr;
+  metrics::Counter* interrupted_ = nullptr;
   metrics::Gauge* correlation_ = nullptr;
   metrics::LatencyCorrelator corr_{60};
   int64_t last_tick_ns_ = -1;

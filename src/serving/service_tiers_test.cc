@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -110,6 +111,57 @@ TEST(ServiceTiers, TightKvOverloadCompletesEveryAcceptedRequest) {
   EXPECT_EQ(n_done, 48);
   std::printf("tight KV overload: %d of 48 done, %d preemptions\n", n_done, n_preempted);
   ASSERT_TRUE(svc->wait_idle(2000));
+  EXPECT_EQ(svc->stats().kv.used, 0);
+}
+
+// An interrupting tier ("fast", interrupt on): its arrivals abandon the step in flight
+// (counted in stats and /metrics) and its prompts run in exclusive steps, while a flood
+// of "slow" requests keeps the engine busy. Nothing is lost or changed: every request of
+// both tiers ends with exactly its solo tokens.
+TEST(ServiceTiers, InterruptingTierCutsInAndNothingChanges) {
+  LoadedModel& m = testing::stories();
+  ASSERT_TRUE(m.model);
+  ServiceOptions o = testing::two_tier_options(/*n_blocks=*/512, /*budget=*/64, /*chunk=*/32);
+  o.sched.tiers[0].interrupt = true;
+  o.sched.tiers[0].burst_tokens = 256;
+  auto reg = metrics::make_tierserve_registry();
+  auto svc = make_service(m, o, reg.get());
+  ASSERT_TRUE(svc);
+  Rng rng(17);
+  struct Case {
+    GenerateRequest req;
+    Recorder rec;
+  };
+  std::vector<std::unique_ptr<Case>> cases;
+  auto submit = [&](const std::string& tier, int n_prompt, int n_gen) {
+    auto c = std::make_unique<Case>();
+    c->req.tier = tier;
+    c->req.prompt = testing::random_prompt(rng, n_prompt, m.model->config().n_vocab);
+    c->req.max_tokens = n_gen;
+    c->req.ignore_eos = true;
+    EXPECT_TRUE(svc->submit(c->req, c->rec.callback()).is_ok());
+    cases.push_back(std::move(c));
+  };
+  for (int i = 0; i < 24; ++i) submit("slow", 10 + 2 * i, 60);  // within the 128-token context
+  ASSERT_TRUE(cases[0]->rec.wait_kind(Update::Kind::kDelta));
+  for (int i = 0; i < 20; ++i) {
+    submit("fast", 20 + 4 * i, 8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  for (auto& c : cases) {
+    ASSERT_TRUE(c->rec.wait_final(120000));
+    const Update f = c->rec.final_update();
+    ASSERT_EQ(f.kind, Update::Kind::kDone) << c->req.tier << ": " << f.reason << " " << f.message;
+    const auto ref = testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), {}, true);
+    EXPECT_EQ(c->rec.text(), testing::tokens_text(*m.tok, ref, true)) << c->req.tier;
+    EXPECT_EQ(c->rec.violations(), 0);
+  }
+  const Stats st = svc->stats();
+  std::printf("interrupting tier: %lld of %lld steps interrupted\n", (long long)st.n_interrupted,
+              (long long)st.n_steps);
+  EXPECT_GT(st.n_interrupted, 0);
+  EXPECT_EQ(reg->counter(idx(Metric::kStepsInterrupted), {})->value(), uint64_t(st.n_interrupted));
+  EXPECT_TRUE(svc->wait_idle(2000));
   EXPECT_EQ(svc->stats().kv.used, 0);
 }
 

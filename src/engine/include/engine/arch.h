@@ -7,6 +7,7 @@
 // static library are dropped by the linker when nothing references them).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,12 @@ struct ForwardBatch {
   std::span<const KvSeqView> seqs;
   std::span<const int32_t> out_rows;   // token indices whose logits are wanted, ascending
   float* logits = nullptr;             // out_rows.size() x n_vocab
+  // Interruptible passes: when set and true at a layer boundary, the pass stops there
+  // (forward returns false). The batch's KV cells are then partly written; the caller
+  // drops them (the tokens are not committed) and computes them again later.
+  const std::atomic<bool>* interrupt = nullptr;
+
+  bool interrupted() const { return interrupt && interrupt->load(std::memory_order_relaxed); }
 };
 
 // Per-context buffers an architecture needs for batches of up to max_tokens tokens.
@@ -60,8 +67,9 @@ class Architecture {
 
   virtual std::unique_ptr<Workspace> make_workspace(int64_t max_tokens, int n_threads) const = 0;
 
-  // Runs the batch (at most max_tokens tokens) and writes the logits of out_rows.
-  virtual void forward(const ForwardBatch& batch, KvCache& kv, Workspace& ws, ThreadPool& pool) const = 0;
+  // Runs the batch (at most max_tokens tokens) and writes the logits of out_rows. Returns
+  // false when batch.interrupted() stopped it at a layer boundary (logits not written).
+  virtual bool forward(const ForwardBatch& batch, KvCache& kv, Workspace& ws, ThreadPool& pool) const = 0;
 };
 
 using ArchFactory = std::unique_ptr<Architecture> (*)();

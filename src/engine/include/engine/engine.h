@@ -22,6 +22,7 @@
 // sequence's own Sampler (parameters and seed).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -122,6 +123,10 @@ class Engine {
 
   StepResult step(const StepPlan& plan);
 
+  // The flag interruptible steps watch (between layers): another thread raises it when
+  // work arrives that must not wait for the step in flight. Not owned; null: none.
+  void set_interrupt_flag(const std::atomic<bool>* flag) { interrupt_ = flag; }
+
  private:
   struct Seq {
     SeqConfig cfg;
@@ -152,6 +157,7 @@ class Engine {
   std::unique_ptr<kv::BlockPool> pool_;
   std::unique_ptr<Workspace> ws_;
   std::unordered_map<SeqId, Seq> seqs_;
+  const std::atomic<bool>* interrupt_ = nullptr;
 
   // Per-step buffers, reused.
   std::vector<int32_t> b_tokens_, b_pos_, b_seq_, b_out_;

@@ -38,6 +38,10 @@ struct SeqStep {
 struct StepPlan {
   // In priority order: when KV blocks run out, later entries get kNoRoom first.
   std::vector<SeqStep> seqs;
+  // The step may be abandoned at a layer boundary when the engine's interrupt flag
+  // (Engine::set_interrupt_flag) is raised: nothing is committed, every computed entry
+  // answers kInterrupted, and the caller plans it again.
+  bool interruptible = false;
 };
 
 enum class SeqOutcome : uint8_t {
@@ -46,6 +50,7 @@ enum class SeqOutcome : uint8_t {
              // something and plan it again)
   kInvalid,  // not computed: unknown, paused or duplicated sequence, bad token id,
              // n_outputs out of range, sequence longer than max_seq_len (see `error`)
+  kInterrupted,  // not computed: the step was interrupted (nothing changed, plan it again)
 };
 
 const char* seq_outcome_name(SeqOutcome o);
@@ -66,6 +71,7 @@ struct StepStats {
   int32_t n_outputs = 0;         // output rows (logits computed, tokens sampled)
   int32_t n_forward = 0;         // forward passes the step took
   int32_t n_cow_copies = 0;      // blocks copied because a shared block was written
+  bool interrupted = false;      // abandoned at a layer boundary (StepPlan::interruptible)
   int64_t time_ns = 0;           // wall time of step() (forward + sampling)
   int64_t forward_ns = 0;        // of which the forward passes
   // KV pool after the step, in blocks of block_size cells.

@@ -25,6 +25,7 @@ enum class Metric : size_t {
   kStepBudgetShare,        // tierserve_step_budget_share_ratio{tier}
   kPriorityInversions,     // tierserve_priority_inversions_total
   kLatencyCorrelation,     // tierserve_fast_standard_latency_correlation
+  kStepsInterrupted,       // tierserve_steps_interrupted_total
   kCount
 };
 

@@ -59,6 +59,13 @@ struct TierConfig {
   // The budget bounds how long a step of the other tiers takes (what a new request of
   // this tier waits for); the burst bounds how long its own prefill takes. 0: off.
   int64_t burst_tokens = 0;
+  // Latency tiers: a new request of this tier interrupts the step in flight (the engine
+  // abandons it at the next layer boundary; it is planned again), and while such a
+  // request has prompt left, steps carry only the work of interrupting tiers. Exclusive
+  // steps are limited to share_max of the share_window_steps window (and to the burst
+  // allowance when burst_tokens > 0), so the other tiers' floors hold over the window
+  // rather than in every step.
+  bool interrupt = false;
   QueueKind queue = QueueKind::kFcfs;
 };
 

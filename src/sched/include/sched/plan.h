@@ -56,6 +56,11 @@ struct Plan {
   // Steps where a higher tier waited with nothing while a lower one got more than its
   // floor and the higher tier was below its cap (should stay 0; a metrics counter).
   int32_t n_priority_inversions = 0;
+  // Only interrupting tiers' work (TierConfig::interrupt): one of them has prompt left.
+  bool exclusive = false;
+  // The engine may abandon this step when an interrupting tier's request arrives: the
+  // plan has no prompt work of such a tier and one of them may take the next step.
+  bool interruptible = false;
 
   int64_t n_tokens() const {
     int64_t n = 0;
@@ -64,7 +69,8 @@ struct Plan {
   }
 };
 
-enum class StepOutcome : uint8_t { kOk, kNoRoom, kInvalid };
+// kInterrupted: the engine abandoned the step (Plan::interruptible); nothing changed.
+enum class StepOutcome : uint8_t { kOk, kNoRoom, kInvalid, kInterrupted };
 
 // What happened to one plan entry (engine::SeqResult, reduced to counts).
 struct RequestResult {

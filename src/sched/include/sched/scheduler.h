@@ -128,6 +128,10 @@ class Scheduler {
   void pack(StepCtx& c);
   void burst(StepCtx& c);
   void record_window(const StepCtx& c);
+  void unrecord_window(TierId t, int64_t n_tokens);
+  bool may_run_exclusive(TierId t, int64_t budget) const;
+  void make_exclusive(StepCtx& c);
+  bool floors_allow_exclusive(const StepCtx& c) const;
   int64_t place(StepCtx& c, Candidate& cand, int64_t n_tokens, bool may_preempt);
   bool preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks);
   int64_t reserve_need(const Req& r, int64_t planned, int64_t blocks) const;
@@ -151,6 +155,13 @@ class Scheduler {
   std::vector<std::vector<int64_t>> window_;
   size_t window_pos_ = 0;
   std::vector<int64_t> window_sum_;
+  // Per tier and plan of the window: the tokens its floor entitled it to, min(share_min x
+  // budget, demand), and their sums (exclusive steps must leave every floor met on average).
+  std::vector<std::vector<int64_t>> window_floor_;
+  std::vector<int64_t> window_floor_sum_;
+  // Which of those plans were exclusive (Plan::exclusive), and how many.
+  std::vector<bool> window_exclusive_;
+  int32_t n_exclusive_ = 0;
 };
 
 }  // namespace ts::sched

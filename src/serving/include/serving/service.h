@@ -110,6 +110,7 @@ struct Stats {
   bool draining = false;
   int64_t n_active = 0;             // accepted, not yet ended
   int64_t n_steps = 0;
+  int64_t n_interrupted = 0;        // steps abandoned for an interrupting tier's arrival
   int64_t n_engine_seqs = 0;        // sequences the engine holds (active ones only)
   engine::KvStats kv;               // as of the loop's last iteration
 };
