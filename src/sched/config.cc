@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "sched/shares.h"
+
 namespace ts::sched {
 
 Result<OnTimeout> parse_on_timeout(std::string_view s) {
@@ -81,6 +83,7 @@ const char* config_error_name(ConfigErrorCode c) {
     case ConfigErrorCode::kDowngradeNotLower: return "downgrade_not_lower";
     case ConfigErrorCode::kDowngradeCycle: return "downgrade_cycle";
     case ConfigErrorCode::kBadLimit: return "bad_limit";
+    case ConfigErrorCode::kCapBelowOneToken: return "cap_below_one_token";
   }
   return "?";
 }
@@ -125,6 +128,14 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
     if (t.max_queue_wait_ms < 0 || t.max_queued_requests < 0 || t.max_queued_tokens < 0 || t.max_batch < 1 ||
         t.preemption_budget < 0 || t.burst_tokens < 0)
       return err(C::kBadLimit, t.name, "queue limits, budgets and burst_tokens must be >= 0, max_batch >= 1");
+    // A tier that does not borrow never gets more than its cap, even alone: a cap that
+    // rounds to 0 tokens of the step budget would leave its requests waiting forever.
+    if (!t.borrow && share_units(std::max(t.share_min, t.share_max), cfg.step_token_budget) < 1)
+      return err(C::kCapBelowOneToken, t.name,
+                 "share_max x step_token_budget (" + std::to_string(t.share_max) + " x " +
+                     std::to_string(cfg.step_token_budget) +
+                     ") is less than one token and the tier does not borrow: it could never run (raise share_max or "
+                     "step_token_budget, or set borrow)");
     sum_min += t.share_min;
   }
   if (sum_min > 1.0 + 1e-9) return err(C::kShareMinSumAboveOne, "", "the share_min of all tiers add up to more than 1");

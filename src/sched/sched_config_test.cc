@@ -76,6 +76,15 @@ TEST(Config, EveryErrorIsTyped) {
   c = default_config();
   c.step_token_budget = 0;
   EXPECT_EQ(code_of(c), C::kBadLimit);
+  c = default_config();  // 0.01 x 64 < 1 token, no borrowing: could never run
+  c.tiers[2].share_min = 0.0;
+  c.tiers[2].share_max = 0.01;
+  EXPECT_EQ(code_of(c), C::kCapBelowOneToken);
+  c.tiers[2].borrow = true;  // borrowing idle capacity, it runs when the others are idle
+  EXPECT_EQ(code_of(c), std::nullopt);
+  c.tiers[2].borrow = false;
+  c.step_token_budget = 100;  // 1 token per step
+  EXPECT_EQ(code_of(c), std::nullopt);
 
   c = default_config();
   c.tiers[1].share_max = 0.4;

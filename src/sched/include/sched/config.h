@@ -109,6 +109,7 @@ enum class ConfigErrorCode : uint8_t {
   kDowngradeNotLower,      // target is not of lower priority
   kDowngradeCycle,
   kBadLimit,               // a count, budget, size or alpha out of range
+  kCapBelowOneToken,       // a tier that does not borrow is capped at 0 tokens per step
 };
 
 const char* config_error_name(ConfigErrorCode c);
