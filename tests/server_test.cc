@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "server_test_util.h"
 
 namespace ts {
@@ -384,6 +386,205 @@ TEST(ServeOverload, SheddingIs503WithRetryAfter) {
   EXPECT_EQ(shed.header("x-tierserve-tier-requested"), "batch");
   running.close();
   queued.close();
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.stderr_text();
+}
+
+// ---------------------------------------------------------------------------------------
+// Server D: a key with a tokens/min budget, on stories260K (fast: the whole story takes a
+// fraction of the minute). Tokens are charged at admission as prompt + max_tokens, what a
+// request did not generate is refunded when it ends, and the bucket refills at limit/60
+// per second: a header may show more than the exact arithmetic, by at most the refill
+// since the server started (bounded from the measured time, never assumed small).
+
+// x-ratelimit-reset-* ("20ms", "1.5s", "6m0s") in milliseconds; -1 when malformed.
+int64_t parse_reset_ms(const std::string& s) {
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, "ms") == 0) return std::atoll(s.c_str());
+  if (s.empty() || s.back() != 's') return -1;
+  double minutes = 0;
+  std::string rest = s.substr(0, s.size() - 1);
+  if (const size_t m = rest.find('m'); m != std::string::npos) {
+    minutes = std::atof(rest.substr(0, m).c_str());
+    rest = rest.substr(m + 1);
+  }
+  return int64_t(std::llround((minutes * 60 + std::atof(rest.c_str())) * 1000));
+}
+
+TEST(ServeTokenLimit, TokensPerMinuteChargesRefundsAndRefuses) {
+  make_dirs_and_models();
+  constexpr int64_t kLimit = 200;
+  ServerProcess srv(kWork, "tokens");
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN,
+                        "keys:\n"
+                        "  - {name: tpm, sha256: " + hash_key("sk-tpm") + ", tokens_per_min: 200}\n"
+                        "  - {name: tiny, sha256: " + hash_key("sk-tiny") + ", tokens_per_min: 50}\n"
+                        "  - {name: free, sha256: " + hash_key("sk-free") + "}\n",
+                        {"-m", kStories, "-t", "1"}))
+      << srv.stderr_text();
+  auto post = [&](const std::string& body, const std::string& key = "sk-tpm") {
+    return http(srv.port(), "POST", "/v1/completions", body, {{"Authorization", "Bearer " + key}});
+  };
+  // An upper bound of what the bucket refilled since the server (and the bucket) started.
+  auto refill = [&] {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return int64_t(std::ceil(s * double(kLimit) / 60.0)) + 1;
+  };
+  auto remaining = [](const HttpResult& r) { return std::atoll(r.header("x-ratelimit-remaining-tokens").c_str()); };
+  const std::string once = R"("prompt":"Once upon a time","temperature":0)";
+
+  // 1. Within the budget: 200, charged prompt + max_tokens from a full bucket.
+  const HttpResult a = post("{" + once + R"(,"max_tokens":40,"ignore_eos":true})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  const int64_t p = body_json(a)["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_GT(p, 0);
+  EXPECT_EQ(body_json(a)["usage"]["completion_tokens"], 40);
+  int64_t used = p + 40;
+  EXPECT_EQ(a.header("x-ratelimit-limit-tokens"), "200");
+  EXPECT_EQ(remaining(a), kLimit - used) << a.header("x-ratelimit-remaining-tokens");
+  // Refilling what was taken from a full bucket: used * 60 s / limit.
+  EXPECT_EQ(parse_reset_ms(a.header("x-ratelimit-reset-tokens")), used * 60000 / kLimit) << a.header("x-ratelimit-reset-tokens");
+  EXPECT_EQ(a.header("x-ratelimit-limit-requests"), "");  // no requests/min limit on this key
+
+  // 2. A stream is charged the same way and its headers say so.
+  const HttpResult s = post("{" + once + R"(,"max_tokens":40,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.header("content-type"), "text/event-stream");
+  const auto ev = sse_events(s.body);
+  ASSERT_GE(ev.size(), 3u) << s.body;
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  const json su = json::parse(ev[ev.size() - 2].substr(6))["usage"];
+  EXPECT_EQ(su["completion_tokens"], 40);
+  used += su["prompt_tokens"].get<int64_t>() + 40;
+  EXPECT_EQ(s.header("x-ratelimit-limit-tokens"), "200");
+  EXPECT_GE(remaining(s), kLimit - used);
+  EXPECT_LE(remaining(s), kLimit - used + refill());
+
+  // 3. What a request does not generate is refunded: max_tokens 100 (all but what is
+  // left), but a stop string ends it early; the next request's headers show the refund.
+  const HttpResult early = post("{" + once + R"(,"max_tokens":100,"stop":["Lily"]})");
+  ASSERT_EQ(early.status, 200) << early.body;
+  const json eu = body_json(early)["usage"];
+  ASSERT_EQ(body_json(early)["choices"][0]["finish_reason"], "stop");
+  ASSERT_LT(eu["completion_tokens"].get<int64_t>(), 100);
+  used += eu["prompt_tokens"].get<int64_t>() + eu["completion_tokens"].get<int64_t>();
+  const HttpResult next = post("{" + once + R"(,"max_tokens":4,"ignore_eos":true})");
+  ASSERT_EQ(next.status, 200) << next.body;
+  used += p + 4;
+  EXPECT_GE(remaining(next), kLimit - used) << "the unused tokens were not refunded";
+  EXPECT_LE(remaining(next), kLimit - used + refill());
+
+  // 4. Take all but 10 of what is certainly left...
+  const int64_t drain = kLimit - used - p - 10;
+  ASSERT_GT(drain, 0);
+  const HttpResult d = post("{" + once + R"(,"max_tokens":)" + std::to_string(drain) + R"(,"ignore_eos":true})");
+  ASSERT_EQ(d.status, 200) << d.body;
+  used += p + drain;
+  // ...then a request that fits a minute but not what is left (10 tokens, plus the refill
+  // of a few seconds) is 429 with Retry-After and charges nothing, streamed or not.
+  const std::string over_body = "{" + once + R"(,"max_tokens":120)";
+  ASSERT_LT(kLimit - used + refill(), p + 120) << "the machine took too long for this check";
+  for (const char* tail : {"}", R"(,"stream":true})"}) {
+    const HttpResult over = post(over_body + tail);
+    ASSERT_EQ(over.status, 429) << over.body;
+    EXPECT_EQ(over.header("content-type"), "application/json") << tail;
+    const json e = body_json(over)["error"];
+    EXPECT_EQ(e["type"], "rate_limit_error");
+    EXPECT_EQ(e["code"], "rate_limit_exceeded");
+    const std::string msg = e["message"].get<std::string>();
+    EXPECT_EQ(msg.rfind("rate limit reached: 200 tokens per minute (available ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("requested " + std::to_string(p + 120) + " = prompt + max_tokens); try again in "), std::string::npos) << msg;
+    // Retry-After: until p + 120 are there, at most (p + 120 - (limit - used)) * 60 s / limit.
+    const int retry = std::atoi(over.header("retry-after").c_str());
+    EXPECT_GE(retry, 1) << over.header("retry-after");
+    EXPECT_LE(retry, (p + 120 - (kLimit - used)) * 60 / kLimit + 1);
+    EXPECT_EQ(over.header("x-ratelimit-limit-tokens"), "200");
+    EXPECT_GE(remaining(over), kLimit - used);
+    EXPECT_LE(remaining(over), kLimit - used + refill());
+  }
+  // The refusals charged nothing: a small request still fits in those 10.
+  const HttpResult last = post(R"({"prompt":"Hi","max_tokens":1})");
+  EXPECT_EQ(last.status, 200) << last.body;
+
+  // 5. A request larger than a whole minute of the key can never run: the message says so.
+  const HttpResult big = post("{" + once + R"(,"max_tokens":60})", "sk-tiny");
+  ASSERT_EQ(big.status, 429) << big.body;
+  EXPECT_EQ(body_json(big)["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(body_json(big)["error"]["message"],
+            "the request needs " + std::to_string(p + 60) +
+                " tokens (prompt + max_tokens), more than the key's 50 tokens per minute; lower max_tokens");
+  EXPECT_EQ(big.header("retry-after"), "60");
+  EXPECT_EQ(big.header("x-ratelimit-remaining-tokens"), "50");
+
+  // 6. A key without a token limit has no token headers.
+  const HttpResult free_key = post("{" + once + R"(,"max_tokens":100})", "sk-free");
+  EXPECT_EQ(free_key.status, 200) << free_key.body;
+  EXPECT_EQ(free_key.header("x-ratelimit-limit-tokens"), "");
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.stderr_text();
+}
+
+// ---------------------------------------------------------------------------------------
+// Server E: http.max_connections 2. Two idle keep-alive connections hold both slots; a
+// third connection gets 503 + Retry-After and is closed; the two are not disturbed; a
+// slot is free again once a client goes (here: vanishes with a reset).
+
+TEST(ServeConnections, MaxConnectionsRefusesTheExtraConnectionWith503) {
+  make_dirs_and_models();
+  const std::string cfg = "http: {max_connections: 2}\n";
+  ServerProcess srv(kWork, "conns");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, cfg, {"-m", kStories, "-t", "1"})) << srv.stderr_text();
+  const std::string printed = run_capture(std::string(TS_TIERSERVE_BIN) + " serve -c " + kWork + "/conns.yaml --print-config");
+  EXPECT_NE(printed.find("max_connections: 2"), std::string::npos) << printed;
+
+  const int a = connect_to(srv.port()), b = connect_to(srv.port());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(request_on(a, "GET", "/health/live").status, 200);
+  ASSERT_EQ(request_on(b, "GET", "/health/live").status, 200);
+
+  const HttpResult third = http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
+  ASSERT_EQ(third.status, 503) << third.body;
+  EXPECT_GE(std::atoi(third.header("retry-after").c_str()), 1);
+  EXPECT_EQ(third.header("connection"), "close");
+  EXPECT_EQ(body_json(third)["error"]["type"], "server_error");
+  EXPECT_EQ(body_json(third)["error"]["code"], "overloaded");
+
+  // The open connections still work, and the stats count them.
+  const HttpResult c = request_on(a, "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
+  EXPECT_EQ(c.status, 200) << c.body;
+  const HttpResult st = request_on(b, "GET", "/admin/stats");
+  ASSERT_EQ(st.status, 200);
+  EXPECT_EQ(body_json(st)["connections"]["open"], 2) << st.body;
+  EXPECT_EQ(body_json(st)["connections"]["max"], 2);
+  EXPECT_GE(body_json(st)["connections"]["rejected"].get<int>(), 1);
+  const HttpResult met = request_on(b, "GET", "/metrics");
+  ASSERT_EQ(met.status, 200);
+  EXPECT_NE(met.body.find("\ntierserve_http_connections_open 2\n"), std::string::npos) << met.body;
+  EXPECT_NE(met.body.find("\ntierserve_http_connections_rejected_total " +
+                          std::to_string(body_json(st)["connections"]["rejected"].get<int>()) + "\n"),
+            std::string::npos);
+
+  // A client that vanishes (reset, no goodbye) gives its slot back: a new connection gets in.
+  linger lg{1, 0};
+  ::setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  ::close(a);
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpResult fresh;
+  for (;;) {
+    fresh = http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})");
+    if (fresh.status != 503) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the slot was not freed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(fresh.status, 200) << fresh.body;
+  // That one closed after its response ("Connection: close"): one open again (b's).
+  json now;
+  for (;;) {
+    now = body_json(request_on(b, "GET", "/admin/stats"));
+    if (now["connections"]["open"] == 1) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << now.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(b);
   EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.stderr_text();
 }
 

@@ -14,6 +14,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -207,6 +208,31 @@ inline HttpResult http(int port, const std::string& method, const std::string& p
     raw.append(buf, size_t(n));
   }
   ::close(fd);
+  return parse_response(raw);
+}
+
+// One request on an already open keep-alive connection (no "Connection: close"): reads
+// exactly one response with a Content-Length body. status 0 when the connection closed.
+inline HttpResult request_on(int fd, const std::string& method, const std::string& path, const std::string& body = "",
+                             const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (const auto& [k, v] : headers) r += k + ": " + v + "\r\n";
+  if (!body.empty() || method == "POST")
+    r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (!send_all(fd, r + "\r\n" + body)) return {};
+  std::string raw;
+  char buf[4096];
+  size_t want = std::string::npos;
+  while (want == std::string::npos || raw.size() < want) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return {};
+    raw.append(buf, size_t(n));
+    const size_t he = raw.find("\r\n\r\n");
+    if (want == std::string::npos && he != std::string::npos) {
+      const HttpResult head = parse_response(raw.substr(0, he + 4));
+      want = he + 4 + size_t(std::atoll(head.header("content-length").c_str()));
+    }
+  }
   return parse_response(raw);
 }
 

@@ -343,6 +343,17 @@ TEST_F(AppTest, SeparateAdminListenerOwnsMetrics) {
   EXPECT_EQ(call(get("/v1/models"), Listener::kAdmin)->resp.status, 404);
 }
 
+TEST_F(AppTest, StatsReportTheHttpConnections) {
+  make();
+  EXPECT_FALSE(json::parse(call(get("/admin/stats"))->resp.body).contains("connections"));
+  app->set_connection_stats([] { return ConnectionStats{3, 8, 5}; });
+  const json s = json::parse(call(get("/admin/stats"))->resp.body);
+  EXPECT_EQ(s["connections"]["open"], 3);
+  EXPECT_EQ(s["connections"]["max"], 8);
+  EXPECT_EQ(s["connections"]["rejected"], 5);
+  EXPECT_TRUE(s.contains("n_steps_interrupted"));
+}
+
 ServerConfig with_keys(OnUnentitled mode) {
   ServerConfig c;
   c.on_unentitled = mode;
@@ -444,6 +455,45 @@ TEST_F(AppTest, KeyLimitsAre429WithRetryAfter) {
   auto big = call(post("/v1/completions", R"({"prompt":"abc","max_tokens":20})", "sk-limited"));
   EXPECT_EQ(big->resp.status, 429);
   EXPECT_NE(big->body()["error"]["message"].get<std::string>().find("lower max_tokens"), std::string::npos);
+}
+
+TEST_F(AppTest, TokensPerMinuteHeadersRefundsAndRetryAfter) {
+  ServerConfig c = with_keys(OnUnentitled::kDowngrade);
+  c.keys[0].requests_per_min = 0;
+  c.keys[0].max_concurrent = 0;
+  c.keys[0].tokens_per_min = 100;  // refills 1 token per 600 ms
+  make(c);
+  // "abcd" is 4 tokens (one per byte): 54 charged from the full bucket.
+  auto a = call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":50})", "sk-limited"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  // A stream is charged at admission too; its headers go out with the first event.
+  auto b = call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":50,"stream":true})", "sk-limited"));
+  EXPECT_EQ(b->resp.status, 429);
+  EXPECT_EQ(b->body()["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(b->body()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(b->body()["error"]["message"],
+            "rate limit reached: 100 tokens per minute (available 46, requested 54 = prompt + max_tokens); try again in 5s");
+  EXPECT_EQ(b->header("Retry-After"), "5");  // 8 tokens short: 4.8 s
+  EXPECT_EQ(b->header("x-ratelimit-limit-tokens"), "100");
+  EXPECT_EQ(b->header("x-ratelimit-remaining-tokens"), "46");
+  EXPECT_EQ(b->header("x-ratelimit-reset-tokens"), "32.4s");
+  EXPECT_EQ(backend.reqs.size(), 1u);
+  // The first ends after 10 of its 50 tokens: 40 come back (46 + 40 = 86).
+  backend.admit(0, "batch");
+  backend.done(0, 4, 10);
+  EXPECT_EQ(a->resp.status, 200);
+  EXPECT_EQ(a->header("x-ratelimit-remaining-tokens"), "46");
+  auto s = call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":50,"stream":true})", "sk-limited"));
+  ASSERT_EQ(backend.reqs.size(), 2u);
+  backend.admit(1, "batch");
+  backend.delta(1, "x");
+  EXPECT_TRUE(s->streaming);
+  EXPECT_EQ(s->header("x-ratelimit-remaining-tokens"), "32");
+  // 32 left, 54 asked; 30 s later 50 more have come in.
+  EXPECT_EQ(call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":50})", "sk-limited"))->resp.status, 429);
+  clock.advance_ns(int64_t(30) * 1000000000);
+  EXPECT_EQ(call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":50})", "sk-limited"))->n_responses, 0);
+  EXPECT_EQ(backend.reqs.size(), 3u);
 }
 
 TEST(FormatReset, OpenAiStyle) {

@@ -7,6 +7,12 @@
 #include "server/sha256.h"
 
 namespace ts::server {
+namespace {
+
+// As Retry-After says it: whole seconds, rounded up, at least 1.
+int64_t whole_seconds(int64_t ms) { return ms <= 0 ? 1 : (ms + 999) / 1000; }
+
+}  // namespace
 
 TokenBucket::TokenBucket(int64_t per_min, int64_t now_ns) : capacity_(per_min), level_(double(per_min)), last_ns_(now_ns) {}
 
@@ -81,7 +87,8 @@ Admission KeyState::admit(int64_t tokens) {
   } else if (!requests_.unlimited() && requests_.wait_ms(1, now) != 0) {
     a.verdict = LimitVerdict::kRequests;
     a.retry_after_ms = requests_.wait_ms(1, now);
-    a.message = "rate limit reached: " + std::to_string(cfg_.requests_per_min) + " requests per minute";
+    a.message = "rate limit reached: " + std::to_string(cfg_.requests_per_min) + " requests per minute; try again in " +
+                std::to_string(whole_seconds(a.retry_after_ms)) + "s";
   } else if (!tokens_.unlimited() && tokens_.wait_ms(double(tokens), now) != 0) {
     a.verdict = LimitVerdict::kTokens;
     const int64_t w = tokens_.wait_ms(double(tokens), now);
@@ -91,7 +98,9 @@ Admission KeyState::admit(int64_t tokens) {
                   std::to_string(cfg_.tokens_per_min) + " tokens per minute; lower max_tokens";
     } else {
       a.retry_after_ms = w;
-      a.message = "rate limit reached: " + std::to_string(cfg_.tokens_per_min) + " tokens per minute";
+      a.message = "rate limit reached: " + std::to_string(cfg_.tokens_per_min) + " tokens per minute (available " +
+                  std::to_string(int64_t(std::floor(tokens_.available(now)))) + ", requested " + std::to_string(tokens) +
+                  " = prompt + max_tokens); try again in " + std::to_string(whole_seconds(w)) + "s";
     }
   } else {
     requests_.try_take(1, now);

@@ -239,11 +239,12 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     if (l["max_json_depth"]) m.max_json_depth = int32_t(get_int(l["max_json_depth"], "limits.max_json_depth", 4, 512));
   }
   if (const YAML::Node h = root["http"]) {
-    check_keys(h, "http", {"threads", "idle_timeout_ms", "read_timeout_ms", "write_timeout_ms"});
+    check_keys(h, "http", {"threads", "idle_timeout_ms", "read_timeout_ms", "write_timeout_ms", "max_connections"});
     if (h["threads"]) c.http.threads = int32_t(get_int(h["threads"], "http.threads", 1, 256));
     if (h["idle_timeout_ms"]) c.http.idle_timeout_ms = get_int(h["idle_timeout_ms"], "http.idle_timeout_ms", 1, kI64 / 1000000);
     if (h["read_timeout_ms"]) c.http.read_timeout_ms = get_int(h["read_timeout_ms"], "http.read_timeout_ms", 1, kI64 / 1000000);
     if (h["write_timeout_ms"]) c.http.write_timeout_ms = get_int(h["write_timeout_ms"], "http.write_timeout_ms", 1, kI64 / 1000000);
+    if (h["max_connections"]) c.http.max_connections = get_int(h["max_connections"], "http.max_connections", 0, 1 << 24);
   }
   if (root["drain_timeout_ms"]) c.drain_timeout_ms = get_int(root["drain_timeout_ms"], "drain_timeout_ms", 0, kI64 / 1000000);
   if (root["on_unentitled"]) {
@@ -304,6 +305,7 @@ Status validate(const ServerConfig& c) {
     return invalid_argument("admin and listen use the same address");
   if (c.limits.max_tokens_cap < 0 || c.limits.default_max_tokens < 1) return invalid_argument("limits: tokens out of range");
   if (c.http.threads < 1) return invalid_argument("http.threads must be >= 1");
+  if (c.http.max_connections < 0) return invalid_argument("http.max_connections must be >= 0 (0: unlimited)");
   std::set<std::string> hashes;
   for (size_t i = 0; i < c.keys.size(); ++i) {
     const KeyConfig& k = c.keys[i];
@@ -394,7 +396,8 @@ std::string to_yaml(const ServerConfig& c) {
   out << YAML::Key << "http" << YAML::Value << YAML::BeginMap << YAML::Key << "threads" << YAML::Value << c.http.threads
       << YAML::Key << "idle_timeout_ms" << YAML::Value << c.http.idle_timeout_ms << YAML::Key << "read_timeout_ms"
       << YAML::Value << c.http.read_timeout_ms << YAML::Key << "write_timeout_ms" << YAML::Value
-      << c.http.write_timeout_ms << YAML::EndMap;
+      << c.http.write_timeout_ms << YAML::Key << "max_connections" << YAML::Value << c.http.max_connections
+      << YAML::EndMap;
   out << YAML::Key << "drain_timeout_ms" << YAML::Value << c.drain_timeout_ms;
   out << YAML::Key << "on_unentitled" << YAML::Value
       << (c.on_unentitled == OnUnentitled::kDowngrade ? "downgrade" : "reject");

@@ -19,6 +19,7 @@ TEST(ServerConfig, EmptyFileIsAllDefaults) {
   EXPECT_EQ(c->default_tier, "standard");
   EXPECT_EQ(c->tier_aliases.at("priority"), "ultrafast");
   EXPECT_EQ(c->tier_aliases.at("flex"), "batch");
+  EXPECT_EQ(c->http.max_connections, 1024);
   EXPECT_TRUE(validate(*c).is_ok());
 }
 
@@ -27,6 +28,7 @@ TEST(ServerConfig, TheShippedDefaultFileParsesAndValidates) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_TRUE(validate(*c).is_ok()) << validate(*c).to_string();
   EXPECT_TRUE(c->keys.empty());
+  EXPECT_EQ(c->http.max_connections, ServerConfig{}.http.max_connections);
   ASSERT_EQ(c->sched.tiers.size(), 3u);
   const auto def = sched::default_config();
   for (size_t i = 0; i < 3; ++i) {
@@ -58,7 +60,7 @@ tiers:
 tier_aliases: {priority: fast, default: slow, auto: slow, flex: slow}
 default_tier: slow
 limits: {max_body_bytes: 1000, max_tokens_cap: 64}
-http: {threads: 3}
+http: {threads: 3, max_connections: 7}
 drain_timeout_ms: 500
 on_unentitled: reject
 keys:
@@ -81,6 +83,8 @@ keys:
   EXPECT_EQ(c->sched.tiers[0].on_timeout.target, "slow");
   EXPECT_EQ(c->sched.tiers[1].queue, sched::QueueKind::kShortestPromptFirst);
   EXPECT_EQ(c->limits.max_body_bytes, 1000);
+  EXPECT_EQ(c->http.threads, 3);
+  EXPECT_EQ(c->http.max_connections, 7);
   EXPECT_EQ(c->on_unentitled, OnUnentitled::kReject);
   ASSERT_EQ(c->keys.size(), 1u);
   EXPECT_EQ(c->keys[0].sha256, hash);
@@ -89,6 +93,12 @@ keys:
   auto again = parse_config(to_yaml(*c));
   ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << to_yaml(*c);
   EXPECT_EQ(to_yaml(*again), to_yaml(*c));
+  EXPECT_NE(to_yaml(*c).find("max_connections: 7"), std::string::npos) << to_yaml(*c);
+  // 0: unlimited.
+  auto unlimited = parse_config("http: {max_connections: 0}");
+  ASSERT_TRUE(unlimited.is_ok());
+  EXPECT_EQ(unlimited->http.max_connections, 0);
+  EXPECT_TRUE(validate(*unlimited).is_ok());
 }
 
 TEST(ServerConfig, ATierNamedLikeADefaultStartsFromIt) {
@@ -122,6 +132,8 @@ TEST(ServerConfig, BadFilesNameTheProblem) {
       {"model: {threads: -1}", "model.threads"},
       {"engine: {prefix_cache: maybe}", "expected true or false"},
       {"limits: {max_body_bytes: 1.5}", "expected an integer"},
+      {"http: {max_connections: -1}", "http.max_connections"},
+      {"http: {max_conections: 5}", "http.max_conections: unknown key"},
   };
   for (const Bad& b : cases) {
     auto c = parse_config(b.yaml, "test.yaml");

@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <deque>
@@ -55,6 +56,11 @@ std::string serialize_response(const HttpResponse& r, bool keep_alive, bool head
 
 struct HttpServer::Impl {
   HttpServerOptions opts;
+  // Connection accounting. Declared before ioc: connections still queued in the
+  // io_context when it is destroyed give their slot back in their destructor.
+  std::atomic<int64_t> open_connections{0};      // on the limited listeners
+  std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<int64_t> rejecting{0};             // 503s being written right now
   net::io_context ioc;
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;
   std::vector<std::thread> threads;
@@ -64,6 +70,19 @@ struct HttpServer::Impl {
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
   explicit Impl(const HttpServerOptions& o) : opts(o) {}
+
+  // Takes a connection slot when one is free (always, without a limit).
+  bool take_slot() {
+    const int64_t max = opts.max_connections;
+    if (max <= 0) {
+      open_connections.fetch_add(1);
+      return true;
+    }
+    int64_t cur = open_connections.load();
+    while (cur < max)
+      if (open_connections.compare_exchange_weak(cur, cur + 1)) return true;
+    return false;
+  }
 };
 
 namespace {
@@ -89,11 +108,15 @@ class ConnResponder final : public Responder {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket&& s, HttpServer::Impl& srv, Dispatch d) : stream_(std::move(s)), srv_(srv), dispatch_(d) {
+  // holds_slot: the connection took one of the server's connection slots (take_slot),
+  // given back when its socket closes.
+  Connection(tcp::socket&& s, HttpServer::Impl& srv, Dispatch d, bool holds_slot)
+      : stream_(std::move(s)), srv_(srv), dispatch_(d), holds_slot_(holds_slot) {
     beast::error_code ec;
     const auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
   }
+  ~Connection() { release_slot(); }
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
@@ -318,9 +341,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     close();
   }
 
+  void release_slot() {
+    if (!holds_slot_) return;
+    holds_slot_ = false;
+    srv_.open_connections.fetch_sub(1);
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    release_slot();
     if (active_) {
       active_ = false;
       srv_.in_flight.fetch_sub(1);
@@ -352,6 +382,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool watching_ = false;
   bool writing_ = false;
   bool closed_ = false;
+  bool holds_slot_ = false;
   std::deque<std::string> outq_;
   std::string wbuf_;
   std::function<void()> on_disconnect_;
@@ -373,20 +404,103 @@ void ConnResponder::on_disconnect(std::function<void()> fn) {
   net::post(conn_->executor(), [c = conn_, s = seq_, f = std::move(fn)]() mutable { c->do_on_disconnect(s, std::move(f)); });
 }
 
+// A connection beyond max_connections: reads the request head (briefly, bounded), answers
+// 503 with Retry-After and closes. The close waits for the client's EOF (or a short
+// timeout) after the answer, so unread request bytes do not turn the close into a reset
+// that would destroy the answer before the client reads it.
+class Rejection : public std::enable_shared_from_this<Rejection> {
+ public:
+  static constexpr auto kWait = std::chrono::milliseconds(2000);  // for the head, then for EOF
+  static constexpr size_t kMaxDrain = 1 << 20;
+
+  Rejection(tcp::socket&& s, HttpServer::Impl& srv) : stream_(std::move(s)), srv_(srv) { srv_.rejecting.fetch_add(1); }
+  ~Rejection() { srv_.rejecting.fetch_sub(1); }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->stream_.expires_after(kWait);
+      self->read_head();
+    });
+  }
+
+ private:
+  void read_head() {
+    stream_.async_read_some(net::buffer(buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->close();  // gone, or silent until the timeout (which closed the socket)
+      self->head_.append(self->buf_.data(), n);
+      if (self->head_.find("\r\n\r\n") == std::string::npos &&
+          self->head_.size() < size_t(std::max<int64_t>(self->srv_.opts.max_header_bytes, 512)))
+        return self->read_head();
+      self->respond();
+    });
+  }
+
+  void respond() {
+    ApiError e = server_error(503,
+                              "the server has reached its limit of " + std::to_string(srv_.opts.max_connections) +
+                                  " open connections; retry later",
+                              "overloaded");
+    e.retry_after_ms = 1000;
+    out_ = serialize_response(error_response(e), false, false);
+    stream_.expires_after(kWait);
+    net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      beast::error_code ignore;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignore);
+      self->stream_.expires_after(kWait);
+      self->drain();
+    });
+  }
+
+  void drain() {
+    stream_.async_read_some(net::buffer(buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > kMaxDrain) return self->close();
+      self->drain();
+    });
+  }
+
+  void close() {
+    beast::error_code ignore;
+    stream_.socket().close(ignore);
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl& srv_;
+  std::array<char, 4096> buf_{};
+  std::string head_, out_;
+  size_t drained_ = 0;
+};
+
 // Accepts connections on one address until closed.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  Listener(HttpServer::Impl& srv, std::shared_ptr<tcp::acceptor> acc, Dispatch d)
-      : srv_(srv), acc_(std::move(acc)), dispatch_(std::move(d)) {}
+  // Rejections being written at once beyond this are dropped without an answer (a flood
+  // must not cost more than a bounded amount of work and sockets).
+  static constexpr int64_t kMaxRejecting = 64;
+
+  Listener(HttpServer::Impl& srv, std::shared_ptr<tcp::acceptor> acc, Dispatch d, bool limited)
+      : srv_(srv), acc_(std::move(acc)), dispatch_(std::move(d)), limited_(limited), retry_(acc_->get_executor()) {}
   void accept() {
     acc_->async_accept(net::make_strand(srv_.ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
       if (ec) {
         if (ec == net::error::operation_aborted || !self->acc_->is_open()) return;
-        // EMFILE and friends: keep accepting (the failed connection is lost, not the server).
+        // EMFILE and friends: the failed connection is lost, not the server. Accept again
+        // after a pause, so a lasting error (out of file descriptors) does not spin.
+        self->retry_.expires_after(std::chrono::milliseconds(50));
+        self->retry_.async_wait([self](beast::error_code) { self->accept(); });
+        return;
+      }
+      beast::error_code ignore;
+      s.set_option(tcp::no_delay(true), ignore);
+      if (!self->limited_) {
+        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, false)->start();
+      } else if (self->srv_.take_slot()) {
+        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, true)->start();
       } else {
-        beast::error_code ignore;
-        s.set_option(tcp::no_delay(true), ignore);
-        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_)->start();
+        self->srv_.rejected_connections.fetch_add(1);
+        if (self->srv_.rejecting.load() < kMaxRejecting) std::make_shared<Rejection>(std::move(s), self->srv_)->start();
+        // else the socket closes here, unanswered
       }
       self->accept();
     });
@@ -396,6 +510,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
   HttpServer::Impl& srv_;
   std::shared_ptr<tcp::acceptor> acc_;
   Dispatch dispatch_;
+  bool limited_;
+  net::steady_timer retry_;
 };
 
 }  // namespace
@@ -406,7 +522,7 @@ HttpServer::HttpServer(const HttpServerOptions& opts) : impl_(std::make_unique<I
 
 HttpServer::~HttpServer() { stop(); }
 
-Result<int> HttpServer::listen(const std::string& host, int port, Dispatch dispatch) {
+Result<int> HttpServer::listen(const std::string& host, int port, Dispatch dispatch, bool limit_connections) {
   beast::error_code ec;
   net::ip::address addr = net::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
   if (ec) return invalid_argument("listen address '" + host + "' is not an IP address");
@@ -421,7 +537,7 @@ Result<int> HttpServer::listen(const std::string& host, int port, Dispatch dispa
   const int bound = acc->local_endpoint(ec).port();
   impl_->acceptors.push_back(acc);
   // The Listener holds a copy of the dispatch function that connections reference.
-  auto l = std::make_shared<Listener>(*impl_, acc, std::move(dispatch));
+  auto l = std::make_shared<Listener>(*impl_, acc, std::move(dispatch), limit_connections);
   net::post(acc->get_executor(), [l] { l->accept(); });
   return bound;
 }
@@ -440,6 +556,14 @@ void HttpServer::stop_accepting() {
 }
 
 int64_t HttpServer::in_flight() const { return impl_->in_flight.load(); }
+
+ConnectionStats HttpServer::connection_stats() const {
+  ConnectionStats s;
+  s.open = impl_->open_connections.load();
+  s.max = impl_->opts.max_connections;
+  s.rejected = impl_->rejected_connections.load();
+  return s;
+}
 
 void HttpServer::stop() {
   std::call_once(impl_->stopped, [this] {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace ts::server {
 namespace {
@@ -188,6 +189,113 @@ TEST_F(HttpServerTest, LimitsAndTimeouts) {
   EXPECT_EQ(read_until(fd, "never"), "");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   ::close(fd);
+}
+
+// Waits (bounded) until pred() holds; true if it did.
+template <class F>
+bool eventually(F pred) {
+  for (int i = 0; i < 2500; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+// Sends one keep-alive request and reads its (body "ok") response.
+bool ping(int fd) {
+  const std::string req = "GET /ping HTTP/1.1\r\nHost: h\r\n\r\n";
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) return false;
+  const std::string r = read_until(fd, "\r\n\r\nok");
+  return r.rfind("HTTP/1.1 200", 0) == 0 && r.find("\r\n\r\nok") != std::string::npos;
+}
+
+TEST_F(HttpServerTest, ConnectionLimitAnswers503AndFreesSlotsOnClose) {
+  HttpServerOptions o;
+  o.max_connections = 2;
+  start([](const HttpRequest&, std::shared_ptr<Responder> out) {
+    HttpResponse r;
+    r.content_type = "text/plain";
+    r.body = "ok";
+    out->respond(std::move(r));
+  }, o);
+  // An admin-style listener is neither limited nor counted.
+  auto admin = srv->listen("127.0.0.1", 0, [](const HttpRequest&, std::shared_ptr<Responder> out) {
+    HttpResponse r;
+    r.body = "ok";
+    out->respond(std::move(r));
+  }, /*limit_connections=*/false);
+  ASSERT_TRUE(admin.is_ok());
+  EXPECT_EQ(srv->connection_stats().max, 2);
+
+  const int a = connect_to(port), b = connect_to(port);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_TRUE(ping(a));
+  ASSERT_TRUE(ping(b));
+  EXPECT_EQ(srv->connection_stats().open, 2);
+
+  // The third: 503 with Retry-After and an OpenAI error, then the server closes it.
+  int c = connect_to(port);
+  ASSERT_GE(c, 0);
+  send_str(c, "GET /ping HTTP/1.1\r\nHost: h\r\n\r\n");
+  const std::string refused = read_until(c, "\x01");  // to EOF: the server closes it
+  ::close(c);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1\r\n"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Connection: close\r\n"), std::string::npos) << refused;
+  EXPECT_NE(refused.find(R"("type":"server_error")"), std::string::npos) << refused;
+  EXPECT_NE(refused.find(R"("code":"overloaded")"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("limit of 2 open connections"), std::string::npos) << refused;
+  EXPECT_EQ(srv->connection_stats().rejected, 1u);
+  EXPECT_EQ(srv->connection_stats().open, 2);
+
+  // A refused client that sends a body it never gets to finish still reads its 503.
+  c = connect_to(port);
+  send_str(c, "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n" + std::string(50000, 'z'));
+  EXPECT_EQ(read_until(c, "\r\n\r\n").rfind("HTTP/1.1 503", 0), 0u);
+  ::close(c);
+
+  // The open connections were not disturbed, and the unlimited listener still answers.
+  EXPECT_TRUE(ping(a));
+  const int d = connect_to(*admin);
+  ASSERT_GE(d, 0);
+  EXPECT_TRUE(ping(d));
+  ::close(d);
+  EXPECT_EQ(srv->connection_stats().open, 2);
+
+  // A client that vanishes with a reset (SO_LINGER 0) frees its slot; a new one gets in.
+  linger lg{1, 0};
+  ::setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  ::close(a);
+  EXPECT_TRUE(eventually([&] { return srv->connection_stats().open == 1; })) << srv->connection_stats().open;
+  const int e = connect_to(port);
+  ASSERT_GE(e, 0);
+  EXPECT_TRUE(ping(e));
+  // A plain close frees a slot too.
+  ::close(b);
+  ::close(e);
+  EXPECT_TRUE(eventually([&] { return srv->connection_stats().open == 0; })) << srv->connection_stats().open;
+  EXPECT_EQ(srv->connection_stats().rejected, 2u);
+}
+
+TEST_F(HttpServerTest, ZeroMaxConnectionsIsUnlimited) {
+  HttpServerOptions o;
+  o.max_connections = 0;
+  start([](const HttpRequest&, std::shared_ptr<Responder> out) {
+    HttpResponse r;
+    r.body = "ok";
+    out->respond(std::move(r));
+  }, o);
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    fds.push_back(connect_to(port));
+    ASSERT_GE(fds.back(), 0);
+    ASSERT_TRUE(ping(fds.back())) << i;
+  }
+  EXPECT_EQ(srv->connection_stats().open, 20);
+  EXPECT_EQ(srv->connection_stats().rejected, 0u);
+  for (int fd : fds) ::close(fd);
+  EXPECT_TRUE(eventually([&] { return srv->connection_stats().open == 0; }));
 }
 
 TEST_F(HttpServerTest, StopAcceptingClosesTheListener) {

@@ -166,6 +166,7 @@ int cmd_serve(int argc, char** argv) {
   ho.idle_timeout_ms = cfg.http.idle_timeout_ms;
   ho.read_timeout_ms = cfg.http.read_timeout_ms;
   ho.write_timeout_ms = cfg.http.write_timeout_ms;
+  ho.max_connections = cfg.http.max_connections;
   server::HttpServer http(ho);
   auto dispatch_to = [&app_ptr](server::Listener which) {
     return [&app_ptr, which](const server::HttpRequest& r, std::shared_ptr<server::Responder> out) {
@@ -177,7 +178,7 @@ int cmd_serve(int argc, char** argv) {
   if (!main_port.is_ok()) return fail(main_port.status().message());
   int admin_port = -1;
   if (cfg.admin.port >= 0) {
-    auto p = http.listen(cfg.admin.host, cfg.admin.port, dispatch_to(server::Listener::kAdmin));
+    auto p = http.listen(cfg.admin.host, cfg.admin.port, dispatch_to(server::Listener::kAdmin), /*limit_connections=*/false);
     if (!p.is_ok()) return fail(p.status().message());
     admin_port = *p;
   }
@@ -231,6 +232,7 @@ int cmd_serve(int argc, char** argv) {
   SteadyClock clock;
   server::ServiceBackend backend(svc);
   server::App http_app(cfg, backend, registry.get(), clock, model_id_of(model_path));
+  http_app.set_connection_stats([&http] { return http.connection_stats(); });
   app_ptr.store(&http_app);
   std::printf("listening on http://%s:%d\n", cfg.listen.host.c_str(), *main_port);
   if (admin_port >= 0) std::printf("admin on http://%s:%d\n", cfg.admin.host.c_str(), admin_port);

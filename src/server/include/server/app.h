@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/clock.h"
@@ -39,6 +41,10 @@ class App {
   void begin_drain() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
 
+  // Where /admin/stats reads the HTTP layer's connection counts (HttpServer::
+  // connection_stats); without one the stats have no "connections". Set before serving.
+  void set_connection_stats(std::function<ConnectionStats()> fn) { connection_stats_ = std::move(fn); }
+
   const KeyTable& keys() const { return keys_; }
   const std::string& model_id() const { return model_id_; }
 
@@ -64,6 +70,9 @@ class App {
   Router main_, admin_;
   std::atomic<bool> ready_{true};
   std::atomic<bool> draining_{false};
+  std::function<ConnectionStats()> connection_stats_;
+  mutable std::mutex conn_mu_;         // the rejected-connections counter follows the listener's total
+  mutable uint64_t conn_rejected_seen_ = 0;
 };
 
 // The answer to any request while the model loads: /health/live 200, everything else 503

@@ -14,7 +14,7 @@
 //   tier_aliases: {priority: ultrafast, default: standard, auto: standard, flex: batch}
 //   default_tier: standard
 //   limits: {max_header_bytes, max_body_bytes, max_tokens_cap, default_max_tokens, ...}
-//   http: {threads, idle_timeout_ms, read_timeout_ms, write_timeout_ms}
+//   http: {threads, idle_timeout_ms, read_timeout_ms, write_timeout_ms, max_connections}
 //   drain_timeout_ms: 30000
 //   on_unentitled: downgrade | reject
 //   keys: [ {name, sha256, tiers, default_tier, requests_per_min, tokens_per_min,
@@ -66,6 +66,7 @@ struct HttpConfig {
   int64_t idle_timeout_ms = 60000;  // keep-alive connection with no request
   int64_t read_timeout_ms = 30000;  // one request's header and body
   int64_t write_timeout_ms = 60000; // one write (a stalled client is dropped)
+  int64_t max_connections = 1024;   // open at once on the main listener (503 beyond); 0: unlimited
 };
 
 struct EngineConfig {

@@ -9,6 +9,13 @@
 // connection keeps reading, so a client that closes its socket is noticed at once and
 // the Responder's disconnect hook runs (which cancels the generation).
 //
+// Connections: at most HttpServerOptions::max_connections are open at once on the
+// listeners that enforce it (listen(..., limit_connections = true), the default). One more
+// is answered "503 Service Unavailable" with Retry-After and an OpenAI error body (code
+// "overloaded") and closed; the open ones are not disturbed. A connection's slot is freed
+// when its socket closes: the client closed it or reset it, a timeout dropped it, or the
+// server closed it after a response.
+//
 // Responses are serialized here (status line, headers, Content-Length or chunked
 // Transfer-Encoding for streams); Beast is used for parsing requests, the untrusted part.
 #pragma once
@@ -30,6 +37,7 @@ struct HttpServerOptions {
   int64_t idle_timeout_ms = 60000;
   int64_t read_timeout_ms = 30000;
   int64_t write_timeout_ms = 60000;
+  int64_t max_connections = 1024;  // open at once on the limited listeners; 0: unlimited
 };
 
 using Dispatch = std::function<void(const HttpRequest&, std::shared_ptr<Responder>)>;
@@ -43,7 +51,9 @@ class HttpServer {
 
   // Binds host:port (port 0: any) and accepts once start() runs. Returns the bound port.
   // kIo when the address cannot be bound, kInvalidArgument when host is not an address.
-  Result<int> listen(const std::string& host, int port, Dispatch dispatch);
+  // limit_connections false: the listener's connections are neither limited nor counted
+  // (an admin listener stays reachable while the main one is full).
+  Result<int> listen(const std::string& host, int port, Dispatch dispatch, bool limit_connections = true);
   // Runs the io_context on n threads (returns at once).
   void start(int n_threads);
   // Closes the listeners; open connections finish their current response, and every
@@ -51,6 +61,8 @@ class HttpServer {
   void stop_accepting();
   // Requests dispatched whose response has not been completely written (or abandoned).
   int64_t in_flight() const;
+  // Open connections on the limited listeners, the limit, and how many were turned away.
+  ConnectionStats connection_stats() const;
   // Stops the io_context and joins its threads. Idempotent.
   void stop();
 

@@ -3,6 +3,7 @@
 // into bytes; routes and handlers are tested with a recording Responder and no sockets.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,6 +55,13 @@ class Responder {
 };
 
 using Handler = std::function<void(const HttpRequest&, std::shared_ptr<Responder>)>;
+
+// The HTTP layer's connection accounting, for /admin/stats (HttpServer::connection_stats).
+struct ConnectionStats {
+  int64_t open = 0;       // connections open on the listeners that enforce the limit
+  int64_t max = 0;        // that limit (HttpServerOptions::max_connections); 0: none
+  uint64_t rejected = 0;  // connections turned away with 503 since the start
+};
 
 // "Retry-After" wants whole seconds; round up so a client never retries too early.
 inline std::string retry_after_seconds(int64_t ms) { return std::to_string(ms <= 0 ? 1 : (ms + 999) / 1000); }
