@@ -134,6 +134,27 @@ struct Driver {
   // by a thread after a random delay (0: before the step starts); an interrupted step must
   // change nothing and is then run again without interruption.
   std::atomic<bool>* interrupt = nullptr;
+  // Speculative decode steps: drafts taken from each sequence's reference output
+  // (spec_ref, by id), correct for a random number of tokens and then wrong.
+  const std::map<SeqId, std::vector<int32_t>>* spec_ref = nullptr;
+  int spec_max = 4;
+  int64_t n_drafted = 0, n_accepted = 0;
+
+  void add_drafts(const Req& r, engine::SeqStep& s) {
+    const std::vector<int32_t>& ref = spec_ref->at(r.id);
+    const int64_t have = int64_t(r.out.size());  // ref[have] is the token this step samples
+    const int64_t room = std::min<int64_t>(spec_max, r.n_gen - have - 1);
+    if (room <= 0) return;
+    const int64_t k = 1 + int64_t(rng.next_u64() % uint64_t(room));
+    const int64_t n_good = int64_t(rng.next_u64() % uint64_t(k + 1));
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t good = ref[size_t(have + j)];
+      s.tokens.push_back(j < n_good ? good : (good + 1) % 32);  // a wrong draft once wrong
+    }
+    s.n_outputs = int32_t(s.tokens.size());
+    s.speculative = true;
+  }
+
   int n_interrupted = 0, n_interrupted_mid = 0;  // of which by the thread, during the step
   Rng rng{99};
   int64_t last_step_ns = 0;
@@ -194,6 +215,7 @@ struct Driver {
           s.seq = r.id;
           s.tokens.assign(r.known.begin() + r.n_done, r.known.begin() + r.n_done + k);
           s.n_outputs = r.n_done + k == int64_t(r.known.size()) ? 1 : 0;
+          if (spec_ref && remaining == 1) add_drafts(r, s);
           plan.seqs.push_back(std::move(s));
           left -= int(k);
         }
@@ -242,12 +264,32 @@ struct Driver {
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         ASSERT_EQ(res.seqs[i].outcome, SeqOutcome::kOk) << res.seqs[i].error;
         Req& r = *std::find_if(reqs.begin(), reqs.end(), [&](const Req& q) { return q.id == plan.seqs[i].seq; });
-        r.n_done += int64_t(plan.seqs[i].tokens.size());
-        ASSERT_EQ(res.seqs[i].n_computed, r.n_done);
-        ASSERT_EQ(res.seqs[i].sampled.size(), size_t(plan.seqs[i].n_outputs));
-        if (plan.seqs[i].n_outputs == 0) continue;
-        r.out.push_back(res.seqs[i].sampled[0]);
-        r.known.push_back(res.seqs[i].sampled[0]);
+        if (plan.seqs[i].speculative) {
+          // Committed: the last token and the accepted drafts, one per sampled token.
+          const auto& sampled = res.seqs[i].sampled;
+          ASSERT_GE(sampled.size(), 1u);
+          ASSERT_LE(sampled.size(), plan.seqs[i].tokens.size());
+          for (size_t j = 0; j + 1 < sampled.size(); ++j) ASSERT_EQ(sampled[j], plan.seqs[i].tokens[j + 1]);
+          if (sampled.size() < plan.seqs[i].tokens.size()) {
+            ASSERT_NE(sampled.back(), plan.seqs[i].tokens[sampled.size()]);
+          }
+          n_drafted += int64_t(plan.seqs[i].tokens.size()) - 1;
+          n_accepted += int64_t(sampled.size()) - 1;
+          r.n_done += int64_t(sampled.size());
+          ASSERT_EQ(res.seqs[i].n_computed, r.n_done);
+          for (int32_t t : sampled) {
+            r.out.push_back(t);
+            r.known.push_back(t);
+          }
+          ASSERT_LE(int(r.out.size()), r.n_gen);
+        } else {
+          r.n_done += int64_t(plan.seqs[i].tokens.size());
+          ASSERT_EQ(res.seqs[i].n_computed, r.n_done);
+          ASSERT_EQ(res.seqs[i].sampled.size(), size_t(plan.seqs[i].n_outputs));
+          if (plan.seqs[i].n_outputs == 0) continue;
+          r.out.push_back(res.seqs[i].sampled[0]);
+          r.known.push_back(res.seqs[i].sampled[0]);
+        }
         if (int(r.out.size()) == r.n_gen) {
           ASSERT_TRUE(e.remove(r.id).is_ok());
           r.done = true;
@@ -501,6 +543,57 @@ TEST(Batching, DefaultModelInterruptedStepsChangeNothing) {
                            "/gemma-3-270m-q4_k_m.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
   expect_interrupted_steps_change_nothing(path, 4, 4, false);
+}
+
+// Speculative verification: drafts right for a random number of tokens, then wrong.
+// Every sequence still produces exactly its solo output (greedy and seeded sampling: the
+// sampler sees the same accept/sample calls as in plain decoding), only matching drafts
+// are committed, and the KV of rejected ones is dropped (the pool empties at the end).
+TEST(Batching, SpeculativeVerificationEqualsPlainDecoding) {
+  for (const std::string& path : {kStories, tiny_model("llama", "q4_k")}) {
+    auto m = load(path);
+    ASSERT_TRUE(m);
+    for (bool sample : {false, true}) {
+      SCOPED_TRACE(path + (sample ? " seeded" : " greedy"));
+      EngineOptions eo;
+      eo.n_blocks = 256;
+      auto e = Engine::create(*m, eo);
+      ASSERT_TRUE(e.is_ok());
+      std::vector<Req> reqs = make_reqs(m->config().n_vocab, 8, 24, 13, sample);
+      std::map<SeqId, std::vector<int32_t>> ref;
+      for (const Req& r : reqs) ref[r.id] = solo(*m, r.prompt, r.n_gen, r.cfg.sampling);
+      Driver d;
+      d.spec_ref = &ref;
+      d.run(**e, reqs);
+      for (const Req& r : reqs) EXPECT_EQ(r.out, ref[r.id]) << r.id;
+      EXPECT_GT(d.n_drafted, 0);
+      EXPECT_GT(d.n_accepted, 0);
+      EXPECT_LT(d.n_accepted, d.n_drafted);
+      EXPECT_EQ((*e)->kv_stats().used, 0);
+      EXPECT_TRUE((*e)->check_consistency());
+    }
+  }
+}
+
+// A speculative entry must ask for an output after every token.
+TEST(Batching, SpeculativeEntryNeedsEveryOutput) {
+  auto m = load(kStories);
+  ASSERT_TRUE(m);
+  auto e = Engine::create(*m, EngineOptions{});
+  ASSERT_TRUE(e.is_ok());
+  ASSERT_TRUE((*e)->add(1, engine::SeqConfig{}).is_ok());
+  engine::StepPlan p;
+  engine::SeqStep s;
+  s.seq = 1;
+  s.tokens = {1, 5, 6};
+  s.n_outputs = 1;
+  s.speculative = true;
+  p.seqs.push_back(s);
+  const engine::StepResult r = (*e)->step(p);
+  ASSERT_EQ(r.seqs.size(), 1u);
+  EXPECT_EQ(r.seqs[0].outcome, SeqOutcome::kInvalid);
+  EXPECT_NE(r.seqs[0].error.find("speculative"), std::string::npos);
+  EXPECT_EQ((*e)->info(1)->n_computed, 0);
 }
 
 TEST(Batching, NoRoomIsAnAnswer) {

@@ -325,6 +325,10 @@ StepResult Engine::step(const StepPlan& plan) {
       invalid("n_outputs = " + std::to_string(st.n_outputs) + " outside [0, " + std::to_string(n) + "]");
       continue;
     }
+    if (st.speculative && st.n_outputs != n) {
+      invalid("a speculative entry needs an output after every token (n_outputs = tokens)");
+      continue;
+    }
     if (int64_t(s->tokens.size()) + n > max_seq_len_) {
       invalid(std::to_string(s->tokens.size()) + " + " + std::to_string(n) + " tokens exceed max_seq_len " +
               std::to_string(max_seq_len_));
@@ -419,9 +423,8 @@ StepResult Engine::step(const StepPlan& plan) {
     SeqResult& res = r.seqs[it.entry];
     Seq& s = *it.s;
     const int64_t n = int64_t(st.tokens.size()), first_out = n - st.n_outputs;
-    s.tokens.insert(s.tokens.end(), st.tokens.begin(), st.tokens.end());
     res.sampled.reserve(size_t(st.n_outputs));
-    if (st.return_logits) res.logits.resize(size_t(st.n_outputs * n_vocab_));
+    int64_t n_keep = n;  // tokens committed: all, or up to the last matching draft
     for (int64_t j = 0; j < n; ++j) {
       const int64_t pos = it.p0 + j;
       if (pos >= s.n_accepted) {  // recomputed tokens (after preemption) were seen already
@@ -430,9 +433,23 @@ StepResult Engine::step(const StepPlan& plan) {
       }
       if (j < first_out) continue;
       const float* row = logits_.data() + (it.out0 + j - first_out) * n_vocab_;
-      res.sampled.push_back(s.sampler->sample(std::span<const float>(row, size_t(n_vocab_))));
-      if (st.return_logits)
-        std::copy(row, row + n_vocab_, res.logits.begin() + (j - first_out) * n_vocab_);
+      const int32_t t = s.sampler->sample(std::span<const float>(row, size_t(n_vocab_)));
+      res.sampled.push_back(t);
+      if (st.return_logits) res.logits.insert(res.logits.end(), row, row + n_vocab_);
+      if (st.speculative && j + 1 < n) {
+        ++r.stats.n_drafted;
+        if (t != st.tokens[size_t(j + 1)]) {  // the first rejected draft: stop here
+          r.stats.n_drafted += int32_t(n - j - 2);
+          n_keep = j + 1;
+          break;
+        }
+        ++r.stats.n_draft_accepted;
+      }
+    }
+    s.tokens.insert(s.tokens.end(), st.tokens.begin(), st.tokens.begin() + n_keep);
+    if (n_keep < n) {
+      const int64_t bs = opts_.block_size;
+      release_blocks(s, size_t((it.p0 + n_keep + bs - 1) / bs));
     }
     register_full_blocks(s);
     res.n_computed = int64_t(s.tokens.size());

@@ -56,6 +56,15 @@ std::vector<MetricDef> build() {
                                        "Engine steps abandoned at a layer boundary for an arriving request of an "
                                        "interrupting tier (planned again).",
                                        T::kCounter, {}, {}};
+  d[idx(Metric::kSpeculativeTokens)] = {"tierserve_speculative_tokens_total",
+                                        "Draft tokens of speculative decoding verified (drafted) and accepted.",
+                                        T::kCounter, {"tier", "result"}, {}};
+  d[idx(Metric::kHttpConnectionsOpen)] = {"tierserve_http_connections_open",
+                                          "Open connections on the main listener (http.max_connections bounds it).",
+                                          T::kGauge, {}, {}};
+  d[idx(Metric::kHttpConnectionsRejected)] = {"tierserve_http_connections_rejected_total",
+                                              "Connections answered 503 because http.max_connections were open.",
+                                              T::kCounter, {}, {}};
   return d;
 }
 

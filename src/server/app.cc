@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "metrics/prometheus.h"
+#include "metrics/tierserve_metrics.h"
 #include "server/api_error.h"
 
 namespace ts::server {
@@ -112,6 +113,16 @@ void App::models(std::shared_ptr<Responder> out) const {
 }
 
 void App::metrics_text(std::shared_ptr<Responder> out) const {
+  if (registry_ && connection_stats_) {
+    const ConnectionStats c = connection_stats_();
+    registry_->gauge(metrics::idx(metrics::Metric::kHttpConnectionsOpen), {})->set(double(c.open));
+    std::lock_guard<std::mutex> lk(conn_mu_);
+    const uint64_t total = c.rejected;
+    if (total > conn_rejected_seen_) {
+      registry_->counter(metrics::idx(metrics::Metric::kHttpConnectionsRejected), {})->inc(total - conn_rejected_seen_);
+      conn_rejected_seen_ = total;
+    }
+  }
   HttpResponse r;
   r.content_type = std::string(metrics::kPrometheusContentType);
   if (registry_) r.body = metrics::format_prometheus(registry_->snapshot());
@@ -125,6 +136,7 @@ void App::stats(std::shared_ptr<Responder> out) const {
                       {"n_engine_seqs", s.n_engine_seqs},
                       {"n_steps", s.n_steps},
                       {"n_steps_interrupted", s.n_interrupted},
+                      {"speculative", {{"drafted", s.n_drafted}, {"accepted", s.n_draft_accepted}}},
                       {"kv",
                        {{"block_size", s.kv.block_size},
                         {"total", s.kv.total},
@@ -132,6 +144,10 @@ void App::stats(std::shared_ptr<Responder> out) const {
                         {"cached", s.kv.cached},
                         {"free", s.kv.free},
                         {"bytes", s.kv.bytes}}}};
+  if (connection_stats_) {
+    const ConnectionStats c = connection_stats_();
+    j["connections"] = {{"open", c.open}, {"max", c.max}, {"rejected", c.rejected}};
+  }
   HttpResponse r;
   r.body = j.dump();
   out->respond(std::move(r));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "draft.h"
 #include "service_impl.h"
 
 namespace ts::serving {
@@ -225,6 +226,29 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
 
 // --- one step ---------------------------------------------------------------------------
 
+// Speculative decoding of a decode entry (its tier has `speculative`): prompt-lookup
+// drafts after the last sampled token, verified by the engine in this step. Bounded by
+// the tokens the request may still generate, the context, and the KV blocks the decode
+// takes anyway (drafts never make a step need more blocks than the plan counted on).
+void Service::Impl::add_drafts(const RequestState& r, engine::SeqStep& s) {
+  if (opts.spec_max_drafts <= 0) return;
+  const int64_t n_known = int64_t(r.known.size());
+  const int64_t room = std::min<int64_t>({int64_t(opts.spec_max_drafts), r.max_tokens - r.n_generated - 1,
+                                          max_seq_len - n_known});
+  if (room <= 0) return;
+  DraftOptions d;
+  d.max_drafts = int32_t(room);
+  d.max_ngram = opts.spec_max_ngram;
+  d.min_ngram = opts.spec_min_ngram;
+  std::vector<int32_t> drafts = propose_drafts(r.known, d);
+  const int64_t blocks = engine->blocks_needed(s.seq, 1);
+  while (!drafts.empty() && engine->blocks_needed(s.seq, 1 + int64_t(drafts.size())) > blocks) drafts.pop_back();
+  if (drafts.empty()) return;
+  s.tokens.insert(s.tokens.end(), drafts.begin(), drafts.end());
+  s.n_outputs = int32_t(s.tokens.size());
+  s.speculative = true;
+}
+
 bool Service::Impl::step_once() {
   const int64_t now = clock->now_ns();
   sched::Plan plan = sched->schedule(now);
@@ -276,6 +300,8 @@ bool Service::Impl::step_once() {
     s.seq = e.id;
     s.tokens.assign(r->known.begin() + from, r->known.begin() + to);
     s.n_outputs = to == n_known ? 1 : 0;
+    if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
+      add_drafts(*r, s);
     sp.seqs.push_back(std::move(s));
     planned.push_back(&e);
   }
@@ -310,15 +336,28 @@ bool Service::Impl::step_once() {
             metrics.tokens_in(label, int64_t(r.req.prompt.size()));
           }
           if (sr.sampled.empty()) break;
-          rr.n_sampled = 1;
+          // One sampled token, or several after speculative verification (accepted
+          // drafts plus the token after them): all go out in one delta.
           EndKind why = EndKind::kNone;
-          std::string text = r.push_token(sr.sampled[0], &why);
-          metrics.tokens_out(label, 1);
+          std::string text;
+          for (const int32_t t : sr.sampled) {
+            text += r.push_token(t, &why);
+            ++rr.n_sampled;
+            ++r.n_undelivered;
+            if (why != EndKind::kNone) break;
+          }
+          metrics.tokens_out(label, rr.n_sampled);
+          if (sp.seqs[i].speculative) {
+            const int64_t drafted = int64_t(sp.seqs[i].tokens.size()) - 1, accepted = int64_t(sr.sampled.size()) - 1;
+            metrics.speculative(label, drafted, accepted);
+            std::lock_guard<std::mutex> lk(mu);
+            n_drafted += drafted;
+            n_draft_accepted += accepted;
+          }
           if (r.first_token_ns < 0) {
             r.first_token_ns = t_done;
             metrics.ttft(label, t_done - r.arrival_ns);
           }
-          ++r.n_undelivered;
           if (!text.empty()) {
             Update u;
             u.kind = Update::Kind::kDelta;

@@ -40,6 +40,9 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
                                                  metrics::Registry* metrics, const Clock* clock) {
   if (opts.idle_poll_ms < 1) return invalid_argument("idle_poll_ms must be >= 1");
   if (opts.max_output_tokens < 0) return invalid_argument("max_output_tokens must be >= 0");
+  if (opts.spec_max_drafts < 0 || opts.spec_max_drafts > 64 || opts.spec_min_ngram < 1 ||
+      opts.spec_max_ngram < opts.spec_min_ngram)
+    return invalid_argument("speculative: max_drafts in [0, 64], 1 <= min_ngram <= max_ngram");
   if (opts.sched.tiers.empty()) return invalid_argument("no_tiers: at least one tier is needed");
 
   auto engine = engine::Engine::create(model, opts.engine);
@@ -162,6 +165,8 @@ Stats Service::stats() const {
   s.n_active = m.n_active;
   s.n_steps = m.n_steps;
   s.n_interrupted = m.n_interrupted;
+  s.n_drafted = m.n_drafted;
+  s.n_draft_accepted = m.n_draft_accepted;
   s.n_engine_seqs = m.n_engine_seqs;
   s.kv = m.kv;
   return s;

@@ -69,6 +69,7 @@ struct Service::Impl {
   RequestId next_id = 1;
   int64_t n_steps = 0;
   int64_t n_interrupted = 0;
+  int64_t n_drafted = 0, n_draft_accepted = 0;
   int64_t n_engine_seqs = 0;
   engine::KvStats kv;
   std::thread thread;
@@ -77,6 +78,7 @@ struct Service::Impl {
   void run();
   // One plan -> step -> update; false when nothing could be computed.
   bool step_once();
+  void add_drafts(const RequestState& r, engine::SeqStep& s);
   void admit(std::vector<Pending>& in);
   void apply_cancels(const std::vector<RequestId>& ids);
   void apply_events(const sched::Plan& plan);

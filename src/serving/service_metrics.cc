@@ -29,6 +29,8 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::st
     t.running = reg_->gauge(idx(Metric::kRunningRequests), l);
     t.kv = reg_->gauge(idx(Metric::kKvBlocksUsed), l);
     t.share = reg_->gauge(idx(Metric::kStepBudgetShare), l);
+    t.drafted = reg_->counter(idx(Metric::kSpeculativeTokens), {tiers[i], "drafted"});
+    t.accepted = reg_->counter(idx(Metric::kSpeculativeTokens), {tiers[i], "accepted"});
   }
   inversions_ = reg_->counter(idx(Metric::kPriorityInversions));
   interrupted_ = reg_->counter(idx(Metric::kStepsInterrupted));
@@ -87,6 +89,12 @@ void ServiceMetrics::tier_gauges(int tier, int64_t n_queued, int64_t n_running, 
 
 void ServiceMetrics::priority_inversions(int64_t n) {
   if (reg_ && n > 0) inversions_->inc(uint64_t(n));
+}
+
+void ServiceMetrics::speculative(int tier, int64_t drafted, int64_t accepted) {
+  if (!reg_) return;
+  tiers_[size_t(tier)].drafted->inc(uint64_t(drafted));
+  tiers_[size_t(tier)].accepted->inc(uint64_t(accepted));
 }
 
 void ServiceMetrics::step_interrupted() {

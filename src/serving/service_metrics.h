@@ -39,6 +39,8 @@ class ServiceMetrics {
   void priority_inversions(int64_t n);
   // A step abandoned for an interrupting tier's arrival.
   void step_interrupted();
+  // Draft tokens verified in a speculative step, and how many were accepted.
+  void speculative(int tier, int64_t drafted, int64_t accepted);
   // Closes a correlation interval when `interval_ns` has passed since the last one.
   void tick(int64_t now_ns, int64_t interval_ns);
 
@@ -48,6 +50,7 @@ class ServiceMetrics {
     metrics::Counter* outcome[size_t(Outcome::kCount)] = {};
     metrics::Counter *in = nullptr, *out = nullptr;
     metrics::Gauge *queued = nullptr, *running = nullptr, *kv = nullptr, *share = nullptr;
+    metrics::Counter *drafted = nullptr, *accepted = nullptr;
   };
   metrics::Registry* reg_;
   std::vector<Tier> tiers_;

@@ -165,6 +165,62 @@ TEST(ServiceTiers, InterruptingTierCutsInAndNothingChanges) {
   EXPECT_EQ(svc->stats().kv.used, 0);
 }
 
+// Speculative decoding (prompt lookup) on a tier with `speculative`: requests that stop
+// at max_tokens, on EOS and on stop strings, greedy and seeded, end with exactly the text
+// of plain decoding; the drafts are counted, and some are accepted (stories260K repeats
+// itself, so its own output is full of n-grams to look up).
+TEST(ServiceTiers, SpeculativeDecodingGivesThePlainText) {
+  LoadedModel& m = testing::stories();
+  ASSERT_TRUE(m.model);
+  ServiceOptions o = testing::two_tier_options(/*n_blocks=*/512, /*budget=*/64, /*chunk=*/32);
+  o.sched.tiers[0].speculative = true;
+  auto reg = metrics::make_tierserve_registry();
+  auto svc = make_service(m, o, reg.get());
+  ASSERT_TRUE(svc);
+  Rng rng(29);
+  struct Case {
+    GenerateRequest req;
+    Recorder rec;
+  };
+  std::vector<std::unique_ptr<Case>> cases;
+  for (int i = 0; i < 12; ++i) {
+    auto c = std::make_unique<Case>();
+    c->req.tier = i % 3 == 2 ? "slow" : "fast";
+    c->req.prompt = testing::random_prompt(rng, 4 + i, m.model->config().n_vocab);
+    c->req.max_tokens = 40 + 5 * i;
+    c->req.ignore_eos = i % 2 == 0;
+    if (i % 4 == 1) {
+      c->req.sampling.temperature = 0.8f;
+      c->req.sampling.seed = 100 + uint64_t(i);
+    }
+    if (i == 5) c->req.stop = {"tree"};
+    EXPECT_TRUE(svc->submit(c->req, c->rec.callback()).is_ok());
+    cases.push_back(std::move(c));
+  }
+  for (auto& c : cases) {
+    ASSERT_TRUE(c->rec.wait_final(60000));
+    const Update f = c->rec.final_update();
+    ASSERT_EQ(f.kind, Update::Kind::kDone) << f.reason << " " << f.message;
+    const auto ref =
+        testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), c->req.sampling, c->req.ignore_eos);
+    std::string want = testing::tokens_text(*m.tok, ref, c->req.ignore_eos);
+    if (!c->req.stop.empty()) {
+      const size_t at = want.find(c->req.stop[0]);
+      if (at != std::string::npos) want.resize(at);
+    }
+    EXPECT_EQ(c->rec.text(), want) << c->req.tier;
+    EXPECT_EQ(c->rec.violations(), 0);
+  }
+  const Stats st = svc->stats();
+  std::printf("speculative: %lld drafted, %lld accepted\n", (long long)st.n_drafted, (long long)st.n_draft_accepted);
+  EXPECT_GT(st.n_drafted, 0);
+  EXPECT_GT(st.n_draft_accepted, 0);
+  EXPECT_EQ(reg->counter(idx(Metric::kSpeculativeTokens), {"fast", "drafted"})->value(), uint64_t(st.n_drafted));
+  EXPECT_EQ(reg->counter(idx(Metric::kSpeculativeTokens), {"slow", "drafted"})->value(), 0u);  // not speculative
+  EXPECT_TRUE(svc->wait_idle(2000));
+  EXPECT_EQ(svc->stats().kv.used, 0);
+}
+
 // Queue timeouts with a ManualClock: "fast" takes one request at a time (max_batch 1),
 // so a second one waits; the first one's first token moves the clock past the limit.
 struct TimeoutCase {

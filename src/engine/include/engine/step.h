@@ -33,6 +33,14 @@ struct SeqStep {
   int32_t n_outputs = 1;
   // Also return the logits of the output rows (speculative verification, logprobs).
   bool return_logits = false;
+  // Speculative verification: tokens = [the last sampled token, draft_1, ..., draft_k]
+  // with n_outputs = tokens.size(). Row j's sample is drawn only while every draft before
+  // it matched: sampled = s_0 .. s_i where s_j == draft_{j+1} for j < i and s_i is the
+  // first mismatch (or the last row). Only the tokens up to the last matching draft are
+  // committed (n_computed grows by i + 1; the KV of rejected drafts is dropped). The
+  // sampler sees exactly the accept/sample calls of plain decoding, one token at a time,
+  // so the output equals plain decoding (greedy and seeded sampling alike).
+  bool speculative = false;
 };
 
 struct StepPlan {
@@ -71,6 +79,8 @@ struct StepStats {
   int32_t n_outputs = 0;         // output rows (logits computed, tokens sampled)
   int32_t n_forward = 0;         // forward passes the step took
   int32_t n_cow_copies = 0;      // blocks copied because a shared block was written
+  int32_t n_drafted = 0;         // draft tokens verified (speculative entries)
+  int32_t n_draft_accepted = 0;  // of which matched the sampled token
   bool interrupted = false;      // abandoned at a layer boundary (StepPlan::interruptible)
   int64_t time_ns = 0;           // wall time of step() (forward + sampling)
   int64_t forward_ns = 0;        // of which the forward passes

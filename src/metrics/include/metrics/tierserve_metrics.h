@@ -26,6 +26,9 @@ enum class Metric : size_t {
   kPriorityInversions,     // tierserve_priority_inversions_total
   kLatencyCorrelation,     // tierserve_fast_standard_latency_correlation
   kStepsInterrupted,       // tierserve_steps_interrupted_total
+  kSpeculativeTokens,      // tierserve_speculative_tokens_total{tier, result}
+  kHttpConnectionsOpen,    // tierserve_http_connections_open
+  kHttpConnectionsRejected,  // tierserve_http_connections_rejected_total
   kCount
 };
 

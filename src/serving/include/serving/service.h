@@ -43,6 +43,12 @@ struct ServiceOptions {
   int64_t max_output_tokens = 0;
   // How long the loop sleeps when it has no work (it wakes at once on submit/cancel).
   int64_t idle_poll_ms = 50;
+  // Speculative decoding for tiers with `speculative: true`: prompt-lookup drafts
+  // (serving/draft.h) of at most spec_max_drafts tokens per step (0: off), found by
+  // looking up the last spec_max_ngram..spec_min_ngram tokens earlier in the request.
+  int32_t spec_max_drafts = 4;
+  int32_t spec_max_ngram = 3;
+  int32_t spec_min_ngram = 2;
 };
 
 struct GenerateRequest {
@@ -111,6 +117,8 @@ struct Stats {
   int64_t n_active = 0;             // accepted, not yet ended
   int64_t n_steps = 0;
   int64_t n_interrupted = 0;        // steps abandoned for an interrupting tier's arrival
+  int64_t n_drafted = 0;            // speculative draft tokens verified
+  int64_t n_draft_accepted = 0;     // of which accepted (each saved a step)
   int64_t n_engine_seqs = 0;        // sequences the engine holds (active ones only)
   engine::KvStats kv;               // as of the loop's last iteration
 };
