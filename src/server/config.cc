@@ -170,7 +170,7 @@ KeyConfig parse_key(const YAML::Node& n, const std::string& path) {
 
 void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (!root || root.IsNull()) return;  // an empty file: all defaults
-  check_keys(root, "", {"listen", "admin", "model", "engine", "scheduling", "scheduler", "tiers", "tier_aliases",
+  check_keys(root, "", {"listen", "admin", "model", "engine", "speculative", "scheduling", "scheduler", "tiers", "tier_aliases",
                         "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
@@ -187,6 +187,12 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     if (e["max_seq_len"]) c.engine.max_seq_len = get_int(e["max_seq_len"], "engine.max_seq_len", 0, 1 << 24);
     if (e["max_step_tokens"]) c.engine.max_step_tokens = get_int(e["max_step_tokens"], "engine.max_step_tokens", 1, 1 << 20);
     if (e["prefix_cache"]) c.engine.prefix_cache = get_bool(e["prefix_cache"], "engine.prefix_cache");
+  }
+  if (const YAML::Node sp = root["speculative"]) {
+    check_keys(sp, "speculative", {"max_drafts", "max_ngram", "min_ngram"});
+    if (sp["max_drafts"]) c.speculative.max_drafts = int32_t(get_int(sp["max_drafts"], "speculative.max_drafts", 0, 64));
+    if (sp["max_ngram"]) c.speculative.max_ngram = int32_t(get_int(sp["max_ngram"], "speculative.max_ngram", 1, 64));
+    if (sp["min_ngram"]) c.speculative.min_ngram = int32_t(get_int(sp["min_ngram"], "speculative.min_ngram", 1, 64));
   }
   if (root["scheduling"]) {
     const std::string s = get_str(root["scheduling"], "scheduling");
@@ -305,6 +311,9 @@ Status validate(const ServerConfig& c) {
     return invalid_argument("admin and listen use the same address");
   if (c.limits.max_tokens_cap < 0 || c.limits.default_max_tokens < 1) return invalid_argument("limits: tokens out of range");
   if (c.http.threads < 1) return invalid_argument("http.threads must be >= 1");
+  if (c.speculative.max_drafts < 0 || c.speculative.max_drafts > 64 || c.speculative.min_ngram < 1 ||
+      c.speculative.max_ngram < c.speculative.min_ngram)
+    return invalid_argument("speculative: max_drafts in [0, 64] and 1 <= min_ngram <= max_ngram");
   if (c.http.max_connections < 0) return invalid_argument("http.max_connections must be >= 0 (0: unlimited)");
   std::set<std::string> hashes;
   for (size_t i = 0; i < c.keys.size(); ++i) {
@@ -360,6 +369,9 @@ std::string to_yaml(const ServerConfig& c) {
       << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key
       << "max_seq_len" << YAML::Value << c.engine.max_seq_len << YAML::Key << "max_step_tokens" << YAML::Value
       << c.engine.max_step_tokens << YAML::Key << "prefix_cache" << YAML::Value << c.engine.prefix_cache << YAML::EndMap;
+  out << YAML::Key << "speculative" << YAML::Value << YAML::BeginMap << YAML::Key << "max_drafts" << YAML::Value
+      << c.speculative.max_drafts << YAML::Key << "max_ngram" << YAML::Value << c.speculative.max_ngram << YAML::Key
+      << "min_ngram" << YAML::Value << c.speculative.min_ngram << YAML::EndMap;
   out << YAML::Key << "scheduling" << YAML::Value << (c.fifo ? "fifo" : "tiered");
   out << YAML::Key << "scheduler" << YAML::Value << YAML::BeginMap << YAML::Key << "step_token_budget" << YAML::Value
       << c.sched.step_token_budget << YAML::Key << "max_chunk_tokens" << YAML::Value << c.sched.max_chunk_tokens

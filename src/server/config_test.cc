@@ -37,7 +37,13 @@ TEST(ServerConfig, TheShippedDefaultFileParsesAndValidates) {
     EXPECT_EQ(c->sched.tiers[i].share_max, def.tiers[i].share_max);
     EXPECT_EQ(c->sched.tiers[i].max_queue_wait_ms, def.tiers[i].max_queue_wait_ms);
     EXPECT_EQ(c->sched.tiers[i].on_timeout, def.tiers[i].on_timeout);
+    EXPECT_EQ(c->sched.tiers[i].speculative, def.tiers[i].speculative);
+    EXPECT_EQ(c->sched.tiers[i].interrupt, def.tiers[i].interrupt);
+    EXPECT_EQ(c->sched.tiers[i].burst_tokens, def.tiers[i].burst_tokens);
+    EXPECT_EQ(c->sched.tiers[i].max_batch, def.tiers[i].max_batch);
   }
+  EXPECT_EQ(c->speculative.max_drafts, ServerConfig{}.speculative.max_drafts);
+  EXPECT_EQ(c->speculative.max_ngram, ServerConfig{}.speculative.max_ngram);
 }
 
 TEST(ServerConfig, FullFile) {
@@ -134,6 +140,8 @@ TEST(ServerConfig, BadFilesNameTheProblem) {
       {"limits: {max_body_bytes: 1.5}", "expected an integer"},
       {"http: {max_connections: -1}", "http.max_connections"},
       {"http: {max_conections: 5}", "http.max_conections: unknown key"},
+      {"speculative: {max_drafts: 65}", "speculative.max_drafts"},
+      {"speculative: {drafts: 2}", "speculative.drafts: unknown key"},
   };
   for (const Bad& b : cases) {
     auto c = parse_config(b.yaml, "test.yaml");
@@ -155,6 +163,7 @@ TEST(ServerConfig, ValidateCatchesCrossFieldErrors) {
       {"keys:\n  - {sha256: " + h + ", tiers: [batch], default_tier: standard}", "not among the key's tiers"},
       {"keys:\n  - {sha256: " + h + "}\n  - {sha256: " + h + "}", "listed twice"},
       {"admin: {port: 8080}", "same address"},
+      {"speculative: {max_ngram: 2, min_ngram: 3}", "min_ngram <= max_ngram"},
   };
   for (const auto& [yaml, needle] : cases) {
     auto c = parse_config(yaml);

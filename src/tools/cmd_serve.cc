@@ -213,6 +213,9 @@ int cmd_serve(int argc, char** argv) {
   so.engine.prefix_cache = cfg.engine.prefix_cache;
   so.sched = cfg.sched;
   so.fifo = cfg.fifo;
+  so.spec_max_drafts = cfg.speculative.max_drafts;
+  so.spec_max_ngram = cfg.speculative.max_ngram;
+  so.spec_min_ngram = cfg.speculative.min_ngram;
   so.max_output_tokens = cfg.limits.max_tokens_cap;
   auto registry = metrics::make_tierserve_registry();
   auto service = serving::Service::create(**model, **tokenizer, *chat, so, registry.get());

@@ -77,6 +77,13 @@ struct EngineConfig {
   bool prefix_cache = true;
 };
 
+// Speculative decoding for tiers with `speculative: true` (serving/draft.h: prompt lookup).
+struct SpeculativeConfig {
+  int32_t max_drafts = 4;           // draft tokens per step; 0: off
+  int32_t max_ngram = 3;            // longest suffix looked up earlier in the request
+  int32_t min_ngram = 2;            // shortest
+};
+
 struct ModelConfig {
   std::string path;                 // "": $TIERSERVE_MODEL, else the installed default model
   int32_t threads = 0;              // 0: one per core
@@ -88,6 +95,7 @@ struct ServerConfig {
   ListenConfig admin{"127.0.0.1", -1};  // /metrics and /admin/*; port -1: on `listen`
   ModelConfig model;
   EngineConfig engine;
+  SpeculativeConfig speculative;
   bool fifo = false;                // scheduling: fifo (tiers off, the isolation control)
   sched::SchedConfig sched = sched::default_config();
   std::map<std::string, std::string> tier_aliases = {
