@@ -73,7 +73,7 @@ TEST(Workload, SyntheticIsSeededAndFollowsTheMix) {
 
 TEST(Workload, JsonlReplayCyclesAndKeepsOffsets) {
   const std::string text =
-      "{\"prompt\": \"once upon\", \"max_tokens\": 8, \"tier\": \"ultrafast\", \"offset_ms\": 0}\n"
+      "{\"prompt\": \"once upon\", \"max_tokens\": 8, \"tier\": \"ultrafast\", \"offset_ms\": 0, \"temperature\": 0}\n"
       "\n"
       "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4, \"service_tier\": \"batch\", "
       "\"api_key\": \"k2\", \"offset_ms\": 250}\n";
@@ -83,6 +83,9 @@ TEST(Workload, JsonlReplayCyclesAndKeepsOffsets) {
   EXPECT_TRUE(w->has_offsets());
   EXPECT_EQ(w->at(0).endpoint, "completions");
   EXPECT_EQ(w->at(0).prompt, "once upon");
+  ASSERT_TRUE(w->at(0).temperature.has_value());
+  EXPECT_EQ(*w->at(0).temperature, 0.0);
+  EXPECT_FALSE(w->at(1).temperature.has_value());
   EXPECT_EQ(w->at(1).endpoint, "chat");
   EXPECT_EQ(w->at(1).tier, "batch");
   EXPECT_EQ(w->at(1).api_key, "k2");
@@ -106,6 +109,7 @@ TEST(Workload, JsonlErrorsNameTheLine) {
       {"{\"prompt\": \"a\", \"max_tokens\": 0}\n", "max_tokens"},
       {"{\"prompt\": \"a\", \"max_tokens\": \"x\"}\n", "wrong field type"},
       {"{\"messages\": []}\n", "non-empty"},
+      {"{\"prompt\": \"a\", \"temperature\": 3}\n", "temperature"},
       {"\n\n", "no requests"},
   };
   for (const auto& c : cases) {

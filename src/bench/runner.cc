@@ -32,6 +32,8 @@ WireRequest to_wire(const RequestSpec& r, const Options& o) {
     else body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", r.prompt}}});
   }
   body["max_tokens"] = r.max_tokens;
+  if (r.temperature) body["temperature"] = *r.temperature;
+  else if (o.temperature) body["temperature"] = *o.temperature;
   if (!r.tier.empty()) body["service_tier"] = r.tier;
   body["stream"] = o.stream;
   if (o.stream && o.include_usage) body["stream_options"] = {{"include_usage", true}};

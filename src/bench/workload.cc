@@ -192,6 +192,10 @@ Result<Workload> Workload::from_jsonl_text(const std::string& text, const std::s
       if (j.contains("tier")) r.tier = j["tier"].get<std::string>();
       else if (j.contains("service_tier")) r.tier = j["service_tier"].get<std::string>();
       if (j.contains("api_key")) r.api_key = j["api_key"].get<std::string>();
+      if (j.contains("temperature")) {
+        r.temperature = j["temperature"].get<double>();
+        if (!(*r.temperature >= 0 && *r.temperature <= 2)) return invalid_argument(where + "temperature must be in [0, 2]");
+      }
       if (j.contains("offset_ms")) {
         r.offset_ms = j["offset_ms"].get<double>();
         if (!(*r.offset_ms >= 0)) return invalid_argument(where + "offset_ms must be >= 0");

@@ -226,15 +226,35 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
 
 // --- one step ---------------------------------------------------------------------------
 
+// A rejected draft costs a row of compute for nothing, so the draft length follows what
+// the request accepts: all -> one more next time; some -> one more than accepted; none ->
+// halve it and skip drafting for a while (1, 2, 4 .. 16 steps while nothing is accepted).
+void Service::Impl::adapt_drafts(RequestState& r, int64_t drafted, int64_t accepted) {
+  if (accepted == drafted) {
+    r.spec_k = std::min(opts.spec_max_drafts, r.spec_k + 1);
+  } else if (accepted > 0) {
+    r.spec_k = std::max<int32_t>(1, int32_t(accepted) + 1);
+  } else {
+    r.spec_k = std::max(1, r.spec_k / 2);
+    r.spec_cooldown = r.spec_backoff;
+    r.spec_backoff = std::min(16, r.spec_backoff * 2);
+  }
+  if (accepted > 0) r.spec_backoff = 1;
+}
+
 // Speculative decoding of a decode entry (its tier has `speculative`): prompt-lookup
 // drafts after the last sampled token, verified by the engine in this step. Bounded by
 // the tokens the request may still generate, the context, and the KV blocks the decode
 // takes anyway (drafts never make a step need more blocks than the plan counted on).
-void Service::Impl::add_drafts(const RequestState& r, engine::SeqStep& s) {
+void Service::Impl::add_drafts(RequestState& r, engine::SeqStep& s) {
   if (opts.spec_max_drafts <= 0) return;
+  if (r.spec_cooldown > 0) {
+    --r.spec_cooldown;
+    return;
+  }
   const int64_t n_known = int64_t(r.known.size());
-  const int64_t room = std::min<int64_t>({int64_t(opts.spec_max_drafts), r.max_tokens - r.n_generated - 1,
-                                          max_seq_len - n_known});
+  const int64_t room = std::min<int64_t>({int64_t(std::min(opts.spec_max_drafts, r.spec_k)),
+                                          r.max_tokens - r.n_generated - 1, max_seq_len - n_known});
   if (room <= 0) return;
   DraftOptions d;
   d.max_drafts = int32_t(room);
@@ -349,6 +369,7 @@ bool Service::Impl::step_once() {
           metrics.tokens_out(label, rr.n_sampled);
           if (sp.seqs[i].speculative) {
             const int64_t drafted = int64_t(sp.seqs[i].tokens.size()) - 1, accepted = int64_t(sr.sampled.size()) - 1;
+            adapt_drafts(r, drafted, accepted);
             metrics.speculative(label, drafted, accepted);
             std::lock_guard<std::mutex> lk(mu);
             n_drafted += drafted;

@@ -42,6 +42,13 @@ struct RequestState {
   int32_t n_preemptions = 0;
   int32_t n_undelivered = 0;      // tokens whose text is held back (next kDelta counts them)
 
+  // Speculative decoding (loop.cc add_drafts): draft length adapted to what this request
+  // accepted (longer after a full acceptance, shorter after a partial one), and after a
+  // step that accepted nothing no drafts for spec_cooldown steps (1, 2, 4 .. 16 in a row).
+  int32_t spec_k = 2;
+  int32_t spec_cooldown = 0;
+  int32_t spec_backoff = 1;
+
   bool admitted = false;
   bool ended = false;             // its final callback was delivered
 

@@ -78,7 +78,8 @@ struct Service::Impl {
   void run();
   // One plan -> step -> update; false when nothing could be computed.
   bool step_once();
-  void add_drafts(const RequestState& r, engine::SeqStep& s);
+  void add_drafts(RequestState& r, engine::SeqStep& s);
+  void adapt_drafts(RequestState& r, int64_t drafted, int64_t accepted);
   void admit(std::vector<Pending>& in);
   void apply_cancels(const std::vector<RequestId>& ids);
   void apply_events(const sched::Plan& plan);

@@ -78,6 +78,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--tier-key", tier_keys, "TIER=KEY: the key for requests of that tier (repeatable)");
   app.add_flag("--no-stream", no_stream, "non-streaming requests (TTFT = end-to-end)");
   app.add_flag("--no-usage", no_usage, "do not ask for stream_options.include_usage");
+  app.add_option("--temperature", o.temperature, "sent as \"temperature\" (a workload line's own wins); default: not sent")
+      ->check(CLI::Range(0.0, 2.0));
 
   app.add_option("-w,--workload", workload_path, "JSONL file of requests to replay (else synthetic)");
   app.add_option("--input-len", input_len, "synthetic prompt words: N | uniform:A:B | normal:M:S | exp:M | lognormal:MED:SIGMA")->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct Options {
   std::map<std::string, std::string> tier_keys;  // tier -> key
   bool stream = true;
   bool include_usage = true;                   // stream_options.include_usage
+  std::optional<double> temperature;           // sent when set (a request's own wins)
 
   // Load shape.
   std::string mode = "open";  // "open" (rate), "closed" (concurrency), "replay" (file offsets)

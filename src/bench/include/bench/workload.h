@@ -23,6 +23,7 @@ struct RequestSpec {
   std::string tier;               // requested service tier; "" = the server's default
   std::string api_key;            // "" = the run's key for this tier (or none)
   std::optional<double> offset_ms;  // replay: arrival offset from the start of the file
+  std::optional<double> temperature;  // sent as "temperature" when set
   int approx_prompt_tokens = 0;   // generator's length target (0 = unknown)
 };
 
