@@ -249,10 +249,19 @@ TEST_F(Isolation, UltrafastServedStandardFlooredNothingLostTieredAndFifo) {
     ASSERT_GT(st_tok + uf_tok, 0);
     const double share = st_tok / (st_tok + uf_tok);
     EXPECT_GE(share, kStandardFloor) << "standard " << st_tok << " tokens, ultrafast " << uf_tok;
+    // Ultrafast arrivals interrupted steps in flight (docs/scheduler.md 6c): under a flood
+    // nearly every arrival finds one running.
+    const auto interrupted = [](const std::map<std::string, double>& m) {
+      auto it = m.find("tierserve_steps_interrupted_total");
+      return it == m.end() ? -1.0 : it->second;
+    };
+    EXPECT_GT(interrupted(r.after) - interrupted(r.before), 0);
     std::printf("[isolation] capacity %.1f req/s; flood standard %.1f req/s for %d s: %d ok, %s refused; "
-                "standard token share %.3f (floor %.2f); mean step-budget share gauge while queued %.3f\n",
+                "standard token share %.3f (floor %.2f); mean step-budget share gauge while queued %.3f; "
+                "steps interrupted %.0f\n",
                 capacity_rps, kFloodFactor * capacity_rps, kFloodS, r.st.value("ok", 0),
-                r.st["errors_by_code"].dump().c_str(), share, kStandardFloor, r.gauge_share_mean);
+                r.st["errors_by_code"].dump().c_str(), share, kStandardFloor, r.gauge_share_mean,
+                interrupted(r.after) - interrupted(r.before));
     EXPECT_EQ(s.stop(), 0) << s.stderr_text();
   }
   {
