@@ -640,6 +640,55 @@ TEST(Scheduler, InterruptedStepIsPlannedAgain) {
   }
 }
 
+// A flood of an interrupting tier whose arrivals interrupt every interruptible step: the
+// other tiers still get their floors over the window (interrupted steps compute nothing,
+// so the scheduler must stop offering interruptible steps once the floors could not
+// afford the exclusive step that would follow).
+TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  c.tiers[0].interrupt = true;
+  c.tiers[0].max_queue_wait_ms = 0;
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  RequestId id = 1;
+  int64_t standard = 0, floor_owed = 0;
+  int n_interrupted = 0;
+  for (int i = 0; i < 600; ++i) {
+    while (s->queue_depth(1) < 4) ASSERT_TRUE(s->submit(req(id++, 1, 200, 4), clock.now_ns()).accepted);
+    while (s->queue_depth(2) < 2) ASSERT_TRUE(s->submit(req(id++, 2, 200, 4), clock.now_ns()).accepted);
+    const Plan p = s->schedule(clock.now_ns());
+    // Adversarial arrivals: a fast request arrives during every interruptible step (and
+    // during every other step too in the second half), so each such step is abandoned.
+    const bool arrive = p.interruptible || i >= 300;
+    if (arrive) ASSERT_TRUE(s->submit(req(id++, 0, 8, 2), clock.now_ns()).accepted);
+    StepUpdate u;
+    if (p.interruptible) {
+      ++n_interrupted;
+      for (const PlanEntry& en : p.entries) {
+        RequestResult r;
+        r.id = en.id;
+        r.outcome = StepOutcome::kInterrupted;
+        r.n_computed = s->info(en.id)->n_computed;
+        r.n_blocks = s->info(en.id)->n_blocks;
+        u.requests.push_back(r);
+      }
+    } else {
+      u = e.step(p);
+      if (i >= 64) {
+        standard += p.tiers[1].tokens_planned;
+      }
+    }
+    if (i >= 64) floor_owed += std::min(p.tiers[1].tokens_floor, p.tiers[1].tokens_demand);
+    ASSERT_TRUE(s->update(p, u).is_ok());
+    e.sync(*s);
+    clock.advance_ns(10 * kMs);
+  }
+  EXPECT_GT(n_interrupted, 0);
+  EXPECT_GE(standard, floor_owed) << n_interrupted << " interrupted plans";
+}
+
 TEST(Scheduler, NoRoomFromTheEngineIsRetried) {
   auto s = make(base(100, 100, 16));
   FakeEngine e(4, 16);  // the engine has far fewer blocks than the config says
