@@ -121,6 +121,42 @@ class OpenAiSdk(unittest.TestCase):
         self.assertEqual(tiers, {"ultrafast"})
         self.assertTrue(content)
 
+    def test_logprobs(self):
+        # Chat: logprobs + top_logprobs; greedy, so each token is its own most likely one.
+        r = self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            self.assertEqual(t.top_logprobs[0].token, t.token)
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
+            self.assertEqual(bytes(t.bytes).decode("utf-8", "replace"), t.token)
+        # Streamed: the chunks' logprobs add up to the same list.
+        stream = self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
+                                                     max_tokens=12, temperature=0, logprobs=True, top_logprobs=3,
+                                                     stream=True)
+        streamed = []
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                streamed += chunk.choices[0].logprobs.content
+        self.assertEqual([(t.token, round(t.logprob, 5)) for t in streamed],
+                         [(t.token, round(t.logprob, 5)) for t in content])
+        # Completions: logprobs N.
+        c = self.client.completions.create(model="m", prompt="Once upon a time", max_tokens=8, temperature=0,
+                                           logprobs=2)
+        lp = c.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 8)
+        self.assertEqual("".join(lp.tokens), c.choices[0].text)
+        self.assertEqual(len(lp.top_logprobs[0]), 2)
+        self.assertEqual(lp.text_offset[0], 0)
+        self.assertEqual(lp.text_offset[1], len(lp.tokens[0].encode()))
+        # Off: null.
+        r = self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        self.assertIsNone(r.choices[0].logprobs)
+
     def test_headers_via_raw_response(self):
         # The legacy completions API has no service_tier parameter; it goes as an extra field.
         raw = self.client.completions.with_raw_response.create(model="m", prompt="Hi", max_tokens=2,

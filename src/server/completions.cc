@@ -57,6 +57,9 @@ struct Exchange {
   int64_t max_tokens = 0;
   int64_t prompt_tokens = 0;
   std::string text;                 // non-streamed: the whole output
+  bool want_logprobs = false;
+  LogprobsInfo logprobs;            // non-streamed: all tokens; streamed: the next chunk's
+  int64_t logprob_offset = 0;       // streamed completions: bytes of pieces sent so far
   bool started = false;             // stream headers sent
   bool ended = false;
   std::vector<std::string> held;    // SSE comments before the stream started
@@ -110,6 +113,27 @@ struct Exchange {
     out->respond(std::move(r));
   }
 
+  void add_logprobs(const serving::Update& u) {
+    if (!want_logprobs) return;
+    for (const serving::TokenLogprob& t : u.logprobs) {
+      TokenLogprobInfo i;
+      i.token = t.token;
+      i.logprob = t.logprob;
+      for (const auto& a : t.top) i.top.emplace_back(a.token, a.logprob);
+      logprobs.tokens.push_back(std::move(i));
+    }
+  }
+  // The logprobs of the chunk about to be sent (then cleared), or null.
+  const LogprobsInfo* stream_logprobs() {
+    if (!want_logprobs || logprobs.tokens.empty()) return nullptr;
+    chunk_logprobs = std::move(logprobs);
+    logprobs = LogprobsInfo{};
+    chunk_logprobs.text_offset = logprob_offset;
+    for (const TokenLogprobInfo& t : chunk_logprobs.tokens) logprob_offset += int64_t(t.token.size());
+    return &chunk_logprobs;
+  }
+  LogprobsInfo chunk_logprobs;
+
   void on_update(const serving::Update& u) {
     using K = serving::Update::Kind;
     switch (u.kind) {
@@ -145,15 +169,16 @@ struct Exchange {
         return;
       case K::kDelta:
         if (ended) return;
+        add_logprobs(u);
         if (!stream) {
           text += u.text;
           return;
         }
-        if (u.text.empty()) return;
+        if (u.text.empty() && logprobs.tokens.empty()) return;
         {
           const bool first = !started;
           start_stream();
-          out->send(sse_data(chunk_json(head, u.text, first, "", served.tier_served)));
+          out->send(sse_data(chunk_json(head, u.text, first, "", served.tier_served, stream_logprobs())));
         }
         return;
       case K::kDone: {
@@ -165,16 +190,17 @@ struct Exchange {
         if (ended) return;
         ended = true;
         const std::string finish = u.finish_reason.empty() ? "stop" : u.finish_reason;
+        add_logprobs(u);
         if (!stream) {
           HttpResponse r;
           r.headers = headers();
-          r.body = completion_body(head, text, finish, usage, served);
+          r.body = completion_body(head, text, finish, usage, served, want_logprobs ? &logprobs : nullptr);
           out->respond(std::move(r));
           return;
         }
         const bool first = !started;
         start_stream();
-        out->send(sse_data(chunk_json(head, "", first, finish, served.tier_served)));
+        out->send(sse_data(chunk_json(head, "", first, finish, served.tier_served, stream_logprobs())));
         if (include_usage) out->send(sse_data(usage_chunk_json(head, usage, served)));
         out->send(std::string(kSseDone));
         out->end();
@@ -334,6 +360,8 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   g.sampling.seed = r.seed ? uint64_t(*r.seed) : random_seed();
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
+  g.logprobs = r.logprobs;
+  ex->want_logprobs = r.logprobs >= 0;
   if (key) g.isolation_key = std::stoull(key->config().sha256.substr(0, 16), nullptr, 16);
 
   auto submitted = backend_.submit(std::move(g), [ex](const serving::Update& u) { ex->on_update(u); });

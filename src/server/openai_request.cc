@@ -244,9 +244,26 @@ std::optional<ApiError> parse_object(const json& j, Endpoint ep, const RequestLi
   for (const char* k : {"tools", "functions", "tool_choice", "function_call"})
     if (has(k) && !(j[k].is_array() && j[k].empty()) && !(j[k].is_string() && j[k].get<std::string>() == "none"))
       return unsupported(k, "is not supported (no tool calling)");
-  if (has("logprobs") && !(j["logprobs"].is_boolean() && !j["logprobs"].get<bool>()))
-    return unsupported("logprobs", "is not supported");
-  if (has("top_logprobs")) return unsupported("top_logprobs", "is not supported");
+  if (ep == Endpoint::kChat) {
+    bool want = false;
+    if (has("logprobs"))
+      if (auto e = read_bool(j["logprobs"], "logprobs", want)) return e;
+    int64_t top = 0;
+    if (has("top_logprobs")) {
+      if (auto e = read_int(j["top_logprobs"], "top_logprobs", 0, 20, top)) return e;
+      if (!want) return bad_request("'top_logprobs' needs logprobs: true", "top_logprobs", "invalid_value");
+    }
+    r.logprobs = want ? int32_t(top) : -1;
+  } else {
+    if (has("top_logprobs"))
+      return bad_request("'top_logprobs' is a chat field; completions take logprobs: N", "top_logprobs",
+                         "invalid_value");
+    if (has("logprobs")) {
+      int64_t n = 0;
+      if (auto e = read_int(j["logprobs"], "logprobs", 0, 5, n)) return e;
+      r.logprobs = int32_t(n);
+    }
+  }
   if (has("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>())) return unsupported("echo", "is not supported");
   if (has("suffix")) return unsupported("suffix", "is not supported");
   if (has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))

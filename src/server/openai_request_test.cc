@@ -35,6 +35,26 @@ TEST(OpenAiRequest, ChatWithEveryField) {
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.user, "u1");
   EXPECT_EQ(r.service_tier.value(), "priority");
+  EXPECT_EQ(r.logprobs, -1);  // logprobs: false
+}
+
+TEST(OpenAiRequest, Logprobs) {
+  CompletionRequest r;
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"a"}],"logprobs":true})", r));
+  EXPECT_EQ(r.logprobs, 0);
+  r = {};
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":5})", r));
+  EXPECT_EQ(r.logprobs, 5);
+  r = {};
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"a"}],"logprobs":null})", r));
+  EXPECT_EQ(r.logprobs, -1);
+  CompletionRequest c;
+  RequestLimits lim;
+  ASSERT_FALSE(parse_completion_request(R"({"prompt":"a","logprobs":3})", Endpoint::kCompletions, lim, c));
+  EXPECT_EQ(c.logprobs, 3);
+  c = {};
+  ASSERT_FALSE(parse_completion_request(R"({"prompt":"a","logprobs":0})", Endpoint::kCompletions, lim, c));
+  EXPECT_EQ(c.logprobs, 0);
 }
 
 TEST(OpenAiRequest, CompletionDefaults) {
@@ -95,7 +115,13 @@ TEST(OpenAiRequest, BadRequestsAre400WithTheField) {
       {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"service_tier":3})", "service_tier", "invalid_type"},
       {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})", "tools",
        "unsupported_parameter"},
-      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"logprobs":true})", "logprobs", "unsupported_parameter"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"logprobs":"yes"})", "logprobs", "invalid_type"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":2})", "top_logprobs", "invalid_value"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":21})", "top_logprobs",
+       "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":6})", "logprobs", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":true})", "logprobs", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":"a","top_logprobs":2})", "top_logprobs", "invalid_value"},
       {Endpoint::kChat, R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_object"}})",
        "response_format", "unsupported_parameter"},
       {Endpoint::kCompletions, R"({"max_tokens":3})", "prompt", "missing_field"},

@@ -43,12 +43,45 @@ json head_json(const ResponseHead& h, bool chunk) {
   return {{"id", h.id}, {"object", object_name(h.endpoint, chunk)}, {"created", h.created}, {"model", h.model}};
 }
 
+json bytes_json(const std::string& piece) {
+  json b = json::array();
+  for (unsigned char c : piece) b.push_back(int(c));
+  return b;
+}
+
+json logprobs_json(Endpoint ep, const LogprobsInfo& lp) {
+  if (ep == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprobInfo& t : lp.tokens) {
+      json top = json::array();
+      for (const auto& [piece, v] : t.top)
+        top.push_back({{"token", piece}, {"logprob", v}, {"bytes", bytes_json(piece)}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_json(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  int64_t offset = lp.text_offset;
+  for (const TokenLogprobInfo& t : lp.tokens) {
+    tokens.push_back(t.token);
+    values.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [piece, v] : t.top)
+      if (!top.contains(piece)) top[piece] = v;  // pieces are keys: the most likely of equal texts
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += int64_t(t.token.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 }  // namespace
 
 std::string completion_body(const ResponseHead& h, const std::string& text, const std::string& finish_reason,
-                            const UsageInfo& u, const ServedInfo& s) {
+                            const UsageInfo& u, const ServedInfo& s, const LogprobsInfo* logprobs) {
   json j = head_json(h, false);
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+  if (logprobs) choice["logprobs"] = logprobs_json(h.endpoint, *logprobs);
   if (h.endpoint == Endpoint::kChat)
     choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else
@@ -62,9 +95,10 @@ std::string completion_body(const ResponseHead& h, const std::string& text, cons
 }
 
 std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
-                       const std::string& tier_served) {
+                       const std::string& tier_served, const LogprobsInfo* logprobs) {
   json j = head_json(h, true);
   json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+  if (logprobs && !logprobs->tokens.empty()) choice["logprobs"] = logprobs_json(h.endpoint, *logprobs);
   if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
   if (h.endpoint == Endpoint::kChat) {
     json delta = json::object();

@@ -65,6 +65,30 @@ TEST(OpenAiResponse, TextCompletionAndChunks) {
   EXPECT_EQ(u["tierserve"]["tier_served"], "batch");
 }
 
+TEST(OpenAiResponse, LogprobsGolden) {
+  ServedInfo s{"standard", "standard", "", 0, 0, 0};
+  LogprobsInfo lp;
+  lp.tokens = {{"Par", -0.25, {{"Par", -0.25}, {"Lon", -1.5}}}, {"is\xe2", -0.5, {{"is\xe2", -0.5}, {"is", -0.5}}}};
+  const json chat = json::parse(completion_body(head(Endpoint::kChat), "Paris", "stop", {1, 2, 0}, s, &lp));
+  EXPECT_EQ(chat["choices"][0]["logprobs"].dump(),
+            R"({"content":[{"bytes":[80,97,114],"logprob":-0.25,"token":"Par","top_logprobs":[)"
+            R"({"bytes":[80,97,114],"logprob":-0.25,"token":"Par"},{"bytes":[76,111,110],"logprob":-1.5,"token":"Lon"}]},)"
+            R"({"bytes":[105,115,226],"logprob":-0.5,"token":"is)" "\xEF\xBF\xBD" R"(","top_logprobs":[)"
+            R"({"bytes":[105,115,226],"logprob":-0.5,"token":"is)" "\xEF\xBF\xBD" R"("},{"bytes":[105,115],"logprob":-0.5,"token":"is"}]}],)"
+            R"("refusal":null})");
+  lp.text_offset = 10;
+  const json cmpl = json::parse(completion_body(head(Endpoint::kCompletions), "Paris", "stop", {1, 2, 0}, s, &lp));
+  EXPECT_EQ(cmpl["choices"][0]["logprobs"].dump(),
+            R"({"text_offset":[10,13],"token_logprobs":[-0.25,-0.5],"tokens":["Par","is)" "\xEF\xBF\xBD" R"("],)"
+            R"("top_logprobs":[{"Lon":-1.5,"Par":-0.25},{"is":-0.5,"is)" "\xEF\xBF\xBD" R"(":-0.5}]})");
+  // Streamed: a chunk carries its tokens' logprobs; none asked or none new -> null.
+  const json chunk = json::parse(chunk_json(head(Endpoint::kChat), "Paris", false, "", "standard", &lp));
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"].size(), 2u);
+  EXPECT_TRUE(json::parse(chunk_json(head(Endpoint::kChat), "x", false, "", "standard"))["choices"][0]["logprobs"].is_null());
+  LogprobsInfo none;
+  EXPECT_TRUE(json::parse(chunk_json(head(Endpoint::kChat), "x", false, "", "standard", &none))["choices"][0]["logprobs"].is_null());
+}
+
 TEST(OpenAiResponse, InvalidUtf8InTextIsReplacedNotThrown) {
   ServedInfo s{"standard", "standard", "", 0, 0, 0};
   const std::string body = completion_body(head(Endpoint::kCompletions), "a\xff", "stop", {1, 1, 0}, s);

@@ -3,7 +3,9 @@
 // only touches the fields guarded by Impl::mu.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -101,6 +103,8 @@ void Service::Impl::end_done(RequestState& r, EndKind why) {
   u.kind = Update::Kind::kDone;
   u.accepted = true;
   u.finish_reason = why == EndKind::kLength ? "length" : "stop";
+  u.logprobs = std::move(r.pending_logprobs);
+  r.pending_logprobs.clear();
   end(r.id, std::move(u));
 }
 
@@ -226,6 +230,30 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
 
 // --- one step ---------------------------------------------------------------------------
 
+// log softmax(logits)[token] in double, and the n most likely tokens (highest first, ties
+// by id) with theirs.
+TokenLogprob Service::Impl::token_logprob(std::span<const float> logits, int32_t token, int32_t n_top) const {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float l : logits) mx = std::max(mx, double(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob out;
+  out.token = tok.token_to_piece(token);
+  out.logprob = float(double(logits[size_t(token)]) - lse);
+  if (n_top > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const size_t k = std::min(ids.size(), size_t(n_top));
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+    });
+    for (size_t i = 0; i < k; ++i)
+      out.top.push_back({tok.token_to_piece(ids[i]), float(double(logits[size_t(ids[i])]) - lse)});
+  }
+  return out;
+}
+
 // A rejected draft costs a row of compute for nothing, so the draft length follows what
 // the request accepts: all -> one more next time; some -> one more than accepted; none ->
 // halve it and skip drafting for a while (1, 2, 4 .. 16 steps while nothing is accepted).
@@ -322,6 +350,7 @@ bool Service::Impl::step_once() {
     s.n_outputs = to == n_known ? 1 : 0;
     if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
       add_drafts(*r, s);
+    s.return_logits = r->req.logprobs >= 0 && s.n_outputs > 0;
     sp.seqs.push_back(std::move(s));
     planned.push_back(&e);
   }
@@ -360,7 +389,11 @@ bool Service::Impl::step_once() {
           // drafts plus the token after them): all go out in one delta.
           EndKind why = EndKind::kNone;
           std::string text;
-          for (const int32_t t : sr.sampled) {
+          for (size_t j = 0; j < sr.sampled.size(); ++j) {
+            const int32_t t = sr.sampled[j];
+            if (r.req.logprobs >= 0 && sr.logits.size() >= (j + 1) * size_t(n_vocab))
+              r.pending_logprobs.push_back(token_logprob(
+                  std::span<const float>(sr.logits.data() + j * size_t(n_vocab), size_t(n_vocab)), t, r.req.logprobs));
             text += r.push_token(t, &why);
             ++rr.n_sampled;
             ++r.n_undelivered;
@@ -385,6 +418,8 @@ bool Service::Impl::step_once() {
             u.id = e.id;
             u.text = std::move(text);
             u.n_tokens = r.n_undelivered;
+            u.logprobs = std::move(r.pending_logprobs);
+            r.pending_logprobs.clear();
             r.n_undelivered = 0;
             deliver(r, u);
           }

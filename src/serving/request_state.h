@@ -49,6 +49,8 @@ struct RequestState {
   int32_t spec_cooldown = 0;
   int32_t spec_backoff = 1;
 
+  std::vector<TokenLogprob> pending_logprobs;  // computed, not yet delivered
+
   bool admitted = false;
   bool ended = false;             // its final callback was delivered
 

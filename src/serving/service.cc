@@ -94,6 +94,7 @@ Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
     return out_of_range("context_length_exceeded: prompt of " + std::to_string(n_prompt) +
                         " tokens leaves no room for output in the context of " + std::to_string(m.max_seq_len));
   if (req.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  if (req.logprobs < -1 || req.logprobs > 20) return invalid_argument("logprobs must be -1 (off) or 0..20");
   TS_RETURN_IF_ERROR(engine::validate(req.sampling));
   if (!cb) return invalid_argument("no callback");
 

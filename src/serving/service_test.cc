@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -279,6 +281,69 @@ TEST(ServiceCancel, FreesTheSequenceWithinOneStep) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(rec.n_final(), 1);
   EXPECT_EQ(rec.violations(), 0);
+}
+
+// Logprobs: one entry per generated token, in order, with the token's text piece; for
+// greedy decoding the token is the most likely one (its logprob is the first
+// alternative's); values match a log-softmax of the solo run's logits; alternatives are
+// sorted. Also with speculative decoding (several tokens per step) and a stop string.
+TEST(ServiceText, LogprobsOfEveryGeneratedToken) {
+  LoadedModel& m = testing::stories();
+  ASSERT_TRUE(m.model);
+  ServiceOptions o = testing::two_tier_options();
+  o.sched.tiers[0].speculative = true;
+  auto svc = make_service(m, o);
+  ASSERT_TRUE(svc);
+  const std::vector<int32_t> prompt = m.tok->encode("Once upon a time", true, false);
+  const auto ref = testing::solo_tokens(*m.model, *m.tok, prompt, 40, {}, true);
+  // The reference log-probabilities of the first generated token.
+  auto ctx = engine::Context::create(*m.model, 64, 64);
+  ASSERT_TRUE(ctx.is_ok());
+  ASSERT_TRUE((*ctx)->eval(prompt).is_ok());
+  const auto first_logits = (*ctx)->logits(0);
+  double mx = -1e30, sum = 0;
+  for (float l : first_logits) mx = std::max(mx, double(l));
+  for (float l : first_logits) sum += std::exp(double(l) - mx);
+  const double want_first = double(first_logits[size_t(ref[0])]) - (mx + std::log(sum));
+
+  for (const char* tier : {"fast", "slow"}) {
+    SCOPED_TRACE(tier);
+    Recorder rec;
+    GenerateRequest r;
+    r.tier = tier;
+    r.prompt = prompt;
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    r.logprobs = 3;
+    ASSERT_TRUE(svc->submit(r, rec.callback()).is_ok());
+    ASSERT_TRUE(rec.wait_final(30000));
+    std::vector<TokenLogprob> lp;
+    for (const Update& u : rec.updates())
+      if (u.kind == Update::Kind::kDelta || u.kind == Update::Kind::kDone)
+        lp.insert(lp.end(), u.logprobs.begin(), u.logprobs.end());
+    ASSERT_EQ(lp.size(), ref.size());
+    EXPECT_NEAR(lp[0].logprob, want_first, 1e-5);
+    for (size_t i = 0; i < lp.size(); ++i) {
+      EXPECT_EQ(lp[i].token, m.tok->token_to_piece(ref[i])) << i;
+      ASSERT_EQ(lp[i].top.size(), 3u);
+      EXPECT_EQ(lp[i].top[0].token, lp[i].token) << i;  // greedy: the most likely token
+      EXPECT_FLOAT_EQ(lp[i].top[0].logprob, lp[i].logprob) << i;
+      EXPECT_LE(lp[i].logprob, 0.0f);
+      EXPECT_GE(lp[i].top[0].logprob, lp[i].top[1].logprob);
+      EXPECT_GE(lp[i].top[1].logprob, lp[i].top[2].logprob);
+    }
+  }
+  // Off by default: no entries.
+  Recorder rec;
+  GenerateRequest r;
+  r.tier = "fast";
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  ASSERT_TRUE(svc->submit(r, rec.callback()).is_ok());
+  ASSERT_TRUE(rec.wait_final(30000));
+  for (const Update& u : rec.updates()) EXPECT_TRUE(u.logprobs.empty());
+  r.logprobs = 21;
+  EXPECT_EQ(svc->submit(r, rec.callback()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ServiceSubmit, Validation) {

@@ -7,9 +7,10 @@
 // string), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
 // frequency_penalty, presence_penalty, repetition_penalty (alias repeat_penalty), stop
 // (string or array), seed, n (1 only), stream, stream_options.include_usage, user,
-// service_tier, ignore_eos. Refused with a clear message: n > 1, best_of > 1, tools,
-// functions, logprobs, echo, suffix, non-empty logit_bias, response_format other than
-// text. Other fields are ignored, as most OpenAI-compatible servers do.
+// service_tier, ignore_eos, logprobs (chat: true/false with top_logprobs 0..20;
+// completions: an integer 0..5 of alternatives). Refused with a clear message: n > 1,
+// best_of > 1, tools, functions, echo, suffix, non-empty logit_bias, response_format other
+// than text. Other fields are ignored, as most OpenAI-compatible servers do.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,9 @@ struct CompletionRequest {
   bool ignore_eos = false;
   std::string user;
   std::optional<std::string> service_tier; // as given; mapped to a tier by the handler
+  // -1: no logprobs; else log-probabilities of the output tokens with this many
+  // alternatives each (chat: logprobs true + top_logprobs; completions: logprobs N).
+  int32_t logprobs = -1;
 };
 
 // Parses `body` as JSON and validates it; returns nothing and fills `out`, or the error.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/openai_request.h"
 
@@ -33,6 +34,19 @@ struct UsageInfo {
   int64_t cached_prompt_tokens = 0;
 };
 
+// Log-probabilities of output tokens (requests with logprobs). `token` is the token's
+// text piece (bytes: a piece may hold part of a UTF-8 character; JSON strings replace
+// such bytes, the "bytes" arrays keep them).
+struct TokenLogprobInfo {
+  std::string token;
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;  // most likely first
+};
+struct LogprobsInfo {
+  std::vector<TokenLogprobInfo> tokens;
+  int64_t text_offset = 0;  // completions: byte offset of the first token's piece in the output
+};
+
 struct ResponseHead {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string id;        // "chatcmpl-..." / "cmpl-..."
@@ -41,13 +55,17 @@ struct ResponseHead {
 };
 
 // The whole non-streamed response body.
+// `logprobs` (null: the request did not ask) becomes choices[0].logprobs: for chat
+// {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}],
+// "refusal": null}; for completions {tokens, token_logprobs, top_logprobs: [{piece:
+// logprob}], text_offset}.
 std::string completion_body(const ResponseHead& h, const std::string& text, const std::string& finish_reason,
-                            const UsageInfo& u, const ServedInfo& s);
+                            const UsageInfo& u, const ServedInfo& s, const LogprobsInfo* logprobs = nullptr);
 
 // One streamed chunk's JSON. For chat, `first` adds the assistant role to the delta;
 // finish_reason "" is null.
 std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
-                       const std::string& tier_served);
+                       const std::string& tier_served, const LogprobsInfo* logprobs = nullptr);
 // The usage chunk (choices empty) sent before [DONE] with stream_options.include_usage;
 // it also carries the tierserve object.
 std::string usage_chunk_json(const ResponseHead& h, const UsageInfo& u, const ServedInfo& s);

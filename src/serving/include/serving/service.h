@@ -59,6 +59,10 @@ struct GenerateRequest {
   std::vector<std::string> stop;    // stop strings (the text returned excludes them)
   bool ignore_eos = false;
   uint64_t isolation_key = 0;       // prefix-cache isolation (a hash of the API key)
+  // Log-probabilities of the generated tokens: -1 off; else also this many most likely
+  // alternatives per token (0..20), from the model's distribution (before sampling
+  // parameters other than the logits themselves).
+  int32_t logprobs = -1;
   int32_t preemption_budget = -1;   // -1: the tier's
 };
 
@@ -73,6 +77,19 @@ struct Timings {
   int64_t ttft_ns = 0;              // arrival -> first generated token
   int64_t e2e_ns = 0;               // arrival -> end
   int32_t n_preemptions = 0;
+};
+
+// The log-probability of one generated token, and the most likely alternatives (highest
+// first) when asked for. `token` is the token's text piece (bytes; may be part of a UTF-8
+// character).
+struct TokenLogprob {
+  struct Alt {
+    std::string token;
+    float logprob = 0;
+  };
+  std::string token;
+  float logprob = 0;
+  std::vector<Alt> top;
 };
 
 // One event of a request, delivered to its callback on the loop thread.
@@ -103,6 +120,9 @@ struct Update {
   // kDelta
   std::string text;
   int32_t n_tokens = 0;
+  // kDelta and kDone, when the request asked for logprobs: one entry per token since the
+  // previous update that carried them (a delta whose text is held back carries none).
+  std::vector<TokenLogprob> logprobs;
 
   // kDone / kFailed
   std::string finish_reason;        // kDone
