@@ -33,20 +33,38 @@ void Matrix::matmul(const float* x, int64_t x_stride, int64_t n_tok, float* y, i
   else kernels::matmul(view_, x, x_stride, n_tok, y, y_stride, &pool);
 }
 
+void matmul_many(std::span<const Product> ps, const float* x, int64_t x_stride, int64_t n_tok, ThreadPool& pool,
+                 const std::function<void(int64_t, int64_t)>& epilogue) {
+  constexpr size_t kMax = 4;
+  TS_CHECK(!ps.empty() && ps.size() <= kMax);
+  bool packed = true;
+  for (const Product& p : ps) packed = packed && p.m->packed();
+  if (!packed) {
+    for (const Product& p : ps) p.m->matmul(x, x_stride, n_tok, p.y, p.y_stride, pool);
+    if (epilogue && n_tok > 0) epilogue(0, ps[0].m->view().n_rows);
+    return;
+  }
+  kernels::MatmulJob jobs[kMax];
+  for (size_t i = 0; i < ps.size(); ++i) jobs[i] = {&ps[i].m->packed_weight(), ps[i].y, ps[i].y_stride};
+  kernels::matmul_many(std::span<const kernels::MatmulJob>(jobs, ps.size()), x, x_stride, n_tok, &pool, epilogue);
+}
+
 void linear_gated(const Matrix& gate, const Matrix& up, GateAct act, const float* x, int64_t x_stride,
                   int64_t n_tok, float* h, float* tmp, ThreadPool& pool) {
   TS_CHECK(gate.view().n_rows == up.view().n_rows && gate.view().n_cols == up.view().n_cols);
   const int64_t n_ff = gate.view().n_rows;
-  gate.matmul(x, x_stride, n_tok, h, n_ff, pool);
-  up.matmul(x, x_stride, n_tok, tmp, n_ff, pool);
-  const int64_t n = n_tok * n_ff;
-  // The activation costs an exp per element: weigh it like ~32 bytes of memory traffic.
-  run_sized(pool, n * 32, [&](int ith, int nth) {
-    const int64_t b = n * ith / nth, e = n * (ith + 1) / nth;
-    if (act == GateAct::kSilu) {
-      for (int64_t i = b; i < e; ++i) h[i] = ops::detail::silu(h[i]) * tmp[i];
-    } else {
-      for (int64_t i = b; i < e; ++i) h[i] = ops::detail::gelu_tanh(h[i]) * tmp[i];
+  // Both products in one dispatch; each thread applies the activation (elementwise) to the
+  // rows it computed.
+  const Product ps[] = {{&gate, h, n_ff}, {&up, tmp, n_ff}};
+  matmul_many(ps, x, x_stride, n_tok, pool, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < n_tok; ++t) {
+      float* ht = h + t * n_ff;
+      const float* ut = tmp + t * n_ff;
+      if (act == GateAct::kSilu) {
+        for (int64_t i = r0; i < r1; ++i) ht[i] = ops::detail::silu(ht[i]) * ut[i];
+      } else {
+        for (int64_t i = r0; i < r1; ++i) ht[i] = ops::detail::gelu_tanh(ht[i]) * ut[i];
+      }
     }
   });
 }

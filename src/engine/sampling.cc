@@ -4,6 +4,10 @@
 #include <cmath>
 #include <string>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ts::engine {
 
 Status validate(const SamplingParams& p) {
@@ -23,11 +27,36 @@ Status validate(const SamplingParams& p) {
   return Status::ok();
 }
 
+// The plain loop's answer is the first index whose value equals the largest non-NaN value
+// (-0 and +0 compare equal; NaNs never win), or 0 when v[0] is NaN. Greedy decoding runs
+// it over the whole vocabulary every token (Gemma 3: 262,144 logits), so the maximum is
+// found 16 lanes at a time (maxps returns its second operand when the first is NaN, so
+// NaNs are skipped), then the first index holding it.
 int32_t argmax(std::span<const float> v) {
   if (v.empty()) return -1;
+  const float* x = v.data();
+  const size_t n = v.size();
+  if (std::isnan(x[0])) return 0;
+  float mx = x[0];
+  size_t i = 1;
+#if defined(__SSE2__)
+  if (n >= 17) {
+    __m128 m0 = _mm_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+    for (; i + 16 <= n; i += 16) {
+      m0 = _mm_max_ps(_mm_loadu_ps(x + i), m0);
+      m1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), m1);
+      m2 = _mm_max_ps(_mm_loadu_ps(x + i + 8), m2);
+      m3 = _mm_max_ps(_mm_loadu_ps(x + i + 12), m3);
+    }
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+    for (float l : lanes) mx = std::max(mx, l);
+  }
+#endif
+  for (; i < n; ++i)
+    if (x[i] > mx) mx = x[i];
   size_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[best]) best = i;
+  while (!(x[best] == mx)) ++best;
   return int32_t(best);
 }
 

@@ -2,6 +2,8 @@
 // number of tokens, rows, threads, ISA path, and packed or unpacked weights.
 #include "kernels/matmul.h"
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -114,6 +116,68 @@ TEST(Matmul, MatmulOfNTokensEqualsNMatvecs) {
       matvec(v, x.data() + k * cols, solo.data(), nullptr);
       for (int64_t r = 0; r < rows; ++r)
         ASSERT_EQ(bits(batched[size_t(k * rows + r)]), bits(solo[size_t(r)])) << dtype_name(t) << " tok " << k;
+    }
+  }
+}
+
+// Several products of the same activations in one dispatch (Q/K/V, gate/up): every output
+// equals its own matmul's bit for bit, whatever the mix of types (shared or separate
+// activation conversions), shapes, token counts and threads; with an epilogue every row
+// of every output is final when the epilogue sees it, and every row is seen exactly once.
+TEST(Matmul, MatmulManyEqualsSeparateMatmuls) {
+  Rng rng(21);
+  const std::vector<std::vector<DType>> mixes = {
+      {DType::Q5_0, DType::Q5_0, DType::Q8_0}, {DType::Q4_K, DType::Q6_K}, {DType::Q8_0},
+      {DType::F16, DType::Q4_0, DType::Q4_1, DType::Q5_1}, {DType::Q5_K, DType::Q5_K}};
+  for (const auto& types : mixes) {
+    int64_t bs = 1;
+    for (DType t : types) bs = std::max<int64_t>(bs, traits(t).block_size);
+    const int64_t cols = bs * 2;
+    for (int64_t n_tok : {1, 2, 7}) {
+      for (bool same_rows : {false, true}) {
+        std::vector<std::vector<uint8_t>> ws;
+        std::vector<PackedWeight> pws;
+        std::vector<int64_t> rows;
+        for (size_t i = 0; i < types.size(); ++i) {
+          rows.push_back(same_rows ? 40 : int64_t(16 * (i + 1) + 3 * i + 1));
+          ws.push_back(random_rows(rng, types[i], rows[i], cols));
+        }
+        for (size_t i = 0; i < types.size(); ++i) pws.push_back(pack({ws[i].data(), types[i], cols, rows[i]}));
+        const auto x = random_floats(rng, n_tok * cols);
+        for (int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          std::vector<std::vector<float>> want, got;
+          std::vector<MatmulJob> jobs;
+          for (size_t i = 0; i < types.size(); ++i) {
+            want.emplace_back(size_t(n_tok * rows[i]));
+            matmul(pws[i], x.data(), cols, n_tok, want[i].data(), rows[i], &pool);
+            got.emplace_back(size_t(n_tok * (rows[i] + 2)), -1.0f);
+          }
+          for (size_t i = 0; i < types.size(); ++i) jobs.push_back({&pws[i], got[i].data(), rows[i] + 2});
+          std::vector<int> seen(size_t(rows[0]), 0);
+          std::function<void(int64_t, int64_t)> epilogue;
+          if (same_rows) {
+            epilogue = [&](int64_t r0, int64_t r1) {
+              ASSERT_TRUE(0 <= r0 && r0 < r1 && r1 <= rows[0]);
+              for (int64_t r = r0; r < r1; ++r) {
+                ++seen[size_t(r)];
+                for (size_t i = 0; i < types.size(); ++i)
+                  for (int64_t k = 0; k < n_tok; ++k)
+                    ASSERT_EQ(bits(got[i][size_t(k * (rows[i] + 2) + r)]), bits(want[i][size_t(k * rows[i] + r)]));
+              }
+            };
+          }
+          matmul_many(jobs, x.data(), cols, n_tok, &pool, epilogue);
+          for (size_t i = 0; i < types.size(); ++i)
+            for (int64_t k = 0; k < n_tok; ++k)
+              for (int64_t r = 0; r < rows[i]; ++r)
+                ASSERT_EQ(bits(got[i][size_t(k * (rows[i] + 2) + r)]), bits(want[i][size_t(k * rows[i] + r)]))
+                    << dtype_name(types[i]) << " job " << i << " threads " << threads << " tok " << k << " row " << r;
+          if (same_rows) {
+            for (int64_t r = 0; r < rows[0]; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
+          }
+        }
+      }
     }
   }
 }

@@ -173,6 +173,7 @@ struct Gemma3Workspace final : engine::Workspace {
   // heads of kv head `kv_head`; window_begin > 0 (one row only): a local layer's window.
   struct Unit {
     int32_t row_begin, row_end, kv_head;
+    int32_t head_begin, head_end;  // the query heads of kv_head it runs: [begin, end) of the group
     int64_t window_begin;
   };
   std::vector<Unit> units;             // rebuilt per layer (capacity reserved)
@@ -214,7 +215,7 @@ std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threa
   ws->cs_global.resize(size_t(T * cfg_.n_rot));
   ws->cs_local.resize(size_t(T * cfg_.n_rot));
   ws->rows.resize(size_t(T));
-  ws->units.reserve(size_t(T * cfg_.n_head_kv));
+  ws->units.reserve(size_t(T * cfg_.n_head_kv + int64_t(nth) * cfg_.n_head));
   ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
   ws->attn_scratch.resize(size_t(ws->attn_scratch_stride) * nth);
   ws->window_stride = n_swa_;
@@ -254,9 +255,10 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     const float* cs_all = L.local ? ws.cs_local.data() : ws.cs_global.data();
 
     // Q, K, V.
-    L.wq.matmul(ws.xn.data(), d, n, ws.q.data(), nq, pool);
-    L.wk.matmul(ws.xn.data(), d, n, ws.k.data(), nkv, pool);
-    L.wv.matmul(ws.xn.data(), d, n, ws.v.data(), nkv, pool);
+    {
+      const engine::Product qkv[] = {{&L.wq, ws.q.data(), nq}, {&L.wk, ws.k.data(), nkv}, {&L.wv, ws.v.data(), nkv}};
+      engine::matmul_many(qkv, ws.xn.data(), d, n, pool);
+    }
 
     // QK-norm, RoPE, query scale; K and V into the cache.
     for_tokens(pool, n, [&](int64_t b, int64_t e) {
@@ -317,11 +319,30 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
         if (wb == 0)
           while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq && window_begin(e) == 0)
             ++e;
-        for (int64_t g = 0; g < n_head_kv; ++g) ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), wb});
+        for (int64_t g = 0; g < n_head_kv; ++g)
+          ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), 0, int32_t(group), wb});
         kv_rows += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1 - wb;
         i = e;
       }
       const int64_t kv_bytes = kv_rows * n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
+      // Fewer units than threads (decode: one per kv head): the query heads of a unit are
+      // split between threads. Every query's result is independent of the others in its
+      // call (ops::attention_group), so the split changes no bit; each part reads the
+      // unit's K/V rows again, from cache.
+      const int64_t n_whole = int64_t(ws.units.size());
+      const int nth_pool = pool.n_threads();
+      if (n_whole < nth_pool && kv_bytes >= engine::kMinParallelBytes && group > 1) {
+        const int64_t parts = std::min<int64_t>(group, (nth_pool + n_whole - 1) / n_whole);
+        for (int64_t u = 0; u < n_whole; ++u) {
+          for (int64_t k = 1; k < parts; ++k) {
+            Gemma3Workspace::Unit part = ws.units[size_t(u)];
+            part.head_begin = int32_t(group * k / parts);
+            part.head_end = int32_t(group * (k + 1) / parts);
+            ws.units.push_back(part);
+          }
+          ws.units[size_t(u)].head_end = int32_t(group / parts);
+        }
+      }
       const int64_t n_units = int64_t(ws.units.size());
       engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
@@ -335,7 +356,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
           int n_q = 0;
           for (int64_t i = un.row_begin; i < un.row_end; ++i) {
             const int64_t pos = batch.positions[size_t(ws.rows[size_t(i)])];
-            for (int64_t h = un.kv_head * group; h < (un.kv_head + 1) * group; ++h) {
+            for (int64_t h = un.kv_head * group + un.head_begin; h < un.kv_head * group + un.head_end; ++h) {
               qs[n_q] = ws.q.data() + i * nq + h * hd;
               outs[n_q] = ws.attn.data() + i * nq + h * hd;
               n_kv[n_q] = pos + 1 - un.window_begin;
@@ -369,12 +390,17 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     });
 
     // GELU-gated FFN (llama.cpp's F16 GELU table, see ops::geglu_tanh_f16).
-    L.gate.matmul(ws.xn.data(), d, n, ws.h.data(), n_ff, pool);
-    L.up.matmul(ws.xn.data(), d, n, ws.h2.data(), n_ff, pool);
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
-      engine::ops::geglu_tanh_f16(ws.h.data() + b * n_ff, ws.h2.data() + b * n_ff, ws.h.data() + b * n_ff,
-                                  (e - b) * n_ff);
-    });
+    // Gate and up in one dispatch; each thread applies the activation to the rows it
+    // computed (elementwise, so the split changes nothing).
+    {
+      const engine::Product gu[] = {{&L.gate, ws.h.data(), n_ff}, {&L.up, ws.h2.data(), n_ff}};
+      engine::matmul_many(gu, ws.xn.data(), d, n, pool, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = 0; i < n; ++i) {
+          float* hi = ws.h.data() + i * n_ff + r0;
+          engine::ops::geglu_tanh_f16(hi, ws.h2.data() + i * n_ff + r0, hi, r1 - r0);
+        }
+      });
+    }
     L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
 
     // Post-FFN norm, residual, the next norm (the next layer's attention norm or the

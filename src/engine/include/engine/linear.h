@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "core/thread_pool.h"
@@ -79,6 +80,21 @@ class Matrix {
   kernels::PackedWeight packed_w_;
   bool packed_ = false;
 };
+
+// One product of matmul_many: y (n_tok x m->view().n_rows, row stride y_stride) = X m^T.
+struct Product {
+  const Matrix* m;
+  float* y;
+  int64_t y_stride;
+};
+
+// Products of the same activations X (n_tok x n_cols, row stride x_stride) by up to 4
+// matrices (Q/K/V, gate/up) in one dispatch on the pool (kernels::matmul_many), every
+// output bit-identical to Matrix::matmul. With an `epilogue` (matrices of one shape) each
+// thread then calls epilogue(r0, r1) on the rows [r0, r1) of every output it finished.
+// Matrices that are not packed run one Matrix::matmul each, then epilogue(0, n_rows).
+void matmul_many(std::span<const Product> ps, const float* x, int64_t x_stride, int64_t n_tok, ThreadPool& pool,
+                 const std::function<void(int64_t, int64_t)>& epilogue = {});
 
 enum class GateAct {
   kSilu,      // SwiGLU (llama, qwen)

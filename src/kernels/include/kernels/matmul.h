@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -102,6 +104,23 @@ class PackedWeight {
 PackedWeight pack(const WeightView& w, ThreadPool* pool = nullptr);
 
 void matvec(const PackedWeight& w, const float* x, float* y, ThreadPool* pool);
+
+// One product of matmul_many: Y (n_tok x w.n_rows, row stride y_stride) = X W^T.
+struct MatmulJob {
+  const PackedWeight* w;
+  float* y;
+  int64_t y_stride;
+};
+
+// Up to 4 products of the same activations X (n_tok x n_cols, every w has n_cols columns)
+// in one dispatch on the pool, the activations converted once per conversion kind (Q and K
+// of an attention layer, gate and up of an FFN share one). Each output equals matmul()'s
+// bit for bit. With an `epilogue` (all jobs must have the same n_rows) every thread runs
+// the same rows of every job, then epilogue(r0, r1) on the rows [r0, r1) it finished:
+// those rows of every output are final (a gated activation can run there, on that
+// thread, without another dispatch).
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t x_stride, int64_t n_tok,
+                 ThreadPool* pool, const std::function<void(int64_t, int64_t)>& epilogue = {});
 void matmul(const PackedWeight& w, const float* x, int64_t x_stride, int64_t n_tok, float* y,
             int64_t y_stride, ThreadPool* pool);
 
