@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--peers", default="gcc,clang", help="peer builds of bench/peer.sh to run")
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "bench-models"))
     ap.add_argument("--models", default="llama:110m:q8_0,llama:110m:q4_k_m,qwen2:0.5b:q8_0,qwen2:0.5b:q4_k_m",
-                    help="arch:shape:type list")
+                    help="arch:shape:type (a make-model model) or file:PATH (an existing GGUF), comma-separated")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n-prompt", type=int, default=512)
@@ -168,10 +168,16 @@ def main():
     rows = []  # (model label, threads, test, depth, {engine: median}, extra)
     peak = None
     for spec in args.models.split(","):
-        arch, shape, typ = spec.split(":")
-        model = make_model(args.tierserve, args.models_dir, arch, shape, typ)
+        if spec.startswith("file:"):  # an existing GGUF, e.g. file:~/.cache/tierserve/models/x.gguf
+            model = os.path.expanduser(spec[len("file:"):])
+            if not os.path.exists(model):
+                sys.exit(f"compare: no model file {model}")
+            label = os.path.basename(model).removesuffix(".gguf")
+        else:
+            arch, shape, typ = spec.split(":")
+            model = make_model(args.tierserve, args.models_dir, arch, shape, typ)
+            label = f"{shape} {typ}"
         wbytes = weight_bytes(model)
-        label = f"{shape} {typ}"
         prompt = short = None
         if not args.skip_tierserve:
             prompt, n = prompt_of_tokens(model, args.n_prompt)

@@ -45,6 +45,10 @@ void MappedFile::advise_willneed() const {
   if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }
 
+bool MappedFile::advise_hugepage() const {
+  return data_ && ::madvise(const_cast<uint8_t*>(data_), size_, MADV_HUGEPAGE) == 0;
+}
+
 void MappedFile::advise_dontneed() const {
   // A read-only shared file mapping: dropping pages loses nothing.
   if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);

@@ -111,6 +111,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
                        " -o " + plan_path + "`, or load without a plan)");
     } else if (Result<std::unique_ptr<PlanFile>> plan = PlanFile::open(plan_path, *file); plan.is_ok()) {
       mi.plan = std::move(*plan);
+      mi.plan->advise_hugepage();
       mi.plan->advise_willneed();
       info.plan_path = plan_path;
     } else {

@@ -1,5 +1,8 @@
 // Plan files: the writer and the build step (`tierserve build`). The reader is
 // plan_file.cc; the format is docs/plan_format.md.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -7,7 +10,6 @@
 #include <ctime>
 #include <map>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "core/check.h"
@@ -143,6 +145,14 @@ Status write_plan(const std::string& path, const gguf::File& src, std::span<cons
   if (!ok || !closed) {
     std::remove(tmp.c_str());
     return io_error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  // Written in small pieces, the file sits in the page cache in 4 KiB pages, which a
+  // mapping cannot map with 2 MiB entries (MappedFile::advise_hugepage). Flush it and drop
+  // it from the cache: the first load reads it back through a huge-page mapping.
+  if (const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    (void)::fdatasync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;

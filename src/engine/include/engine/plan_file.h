@@ -108,6 +108,9 @@ class PlanFile : public PackHook {
   // The panels of entries()[i].
   const uint8_t* panels(size_t i) const { return bytes_.data() + entries_[i].offset; }
   // Starts reading the whole mapping ahead (cold start from disk).
+  void advise_hugepage() const {
+    if (mapping_) (void)mapping_->advise_hugepage();
+  }
   void advise_willneed() const {
     if (mapping_) mapping_->advise_willneed();
   }
