@@ -56,6 +56,20 @@ Plan run_step(Scheduler& s, FakeEngine& e, ManualClock& clock, int64_t dt_ns = 1
   return p;
 }
 
+// The engine's answer to a plan it abandoned (Plan::interruptible): nothing changed.
+StepUpdate interrupted(const Scheduler& s, const Plan& p) {
+  StepUpdate u;
+  for (const PlanEntry& en : p.entries) {
+    RequestResult r;
+    r.id = en.id;
+    r.outcome = StepOutcome::kInterrupted;
+    r.n_computed = s.info(en.id)->n_computed;
+    r.n_blocks = s.info(en.id)->n_blocks;
+    u.requests.push_back(r);
+  }
+  return u;
+}
+
 bool has_event(const Plan& p, EventKind k, RequestId id, Reason r) {
   for (const Event& e : p.events)
     if (e.kind == k && e.id == id && e.reason == r) return true;
@@ -619,15 +633,7 @@ TEST(Scheduler, InterruptedStepIsPlannedAgain) {
   run_step(*s, e, clock);
   const Plan p = s->schedule(clock.now_ns());
   ASSERT_TRUE(p.interruptible);
-  StepUpdate u;
-  for (const PlanEntry& en : p.entries) {
-    RequestResult r;
-    r.id = en.id;
-    r.outcome = StepOutcome::kInterrupted;
-    r.n_computed = s->info(en.id)->n_computed;
-    r.n_blocks = s->info(en.id)->n_blocks;
-    u.requests.push_back(r);
-  }
+  const StepUpdate u = interrupted(*s, p);
   std::vector<int64_t> before;
   for (RequestId id = 1; id <= 4; ++id) before.push_back(s->info(id)->n_computed);
   ASSERT_TRUE(s->update(p, u).is_ok());
@@ -666,14 +672,7 @@ TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
     StepUpdate u;
     if (p.interruptible) {
       ++n_interrupted;
-      for (const PlanEntry& en : p.entries) {
-        RequestResult r;
-        r.id = en.id;
-        r.outcome = StepOutcome::kInterrupted;
-        r.n_computed = s->info(en.id)->n_computed;
-        r.n_blocks = s->info(en.id)->n_blocks;
-        u.requests.push_back(r);
-      }
+      u = interrupted(*s, p);
     } else {
       u = e.step(p);
       if (i >= 64) {

@@ -34,6 +34,48 @@ uint64_t counter(metrics::Registry& reg, Metric m, const std::vector<std::string
   return reg.counter(idx(m), labels)->value();
 }
 
+// Requests submitted to a service, each checked at the end against plain solo decoding.
+struct Cases {
+  struct Case {
+    GenerateRequest req;
+    Recorder rec;
+  };
+  std::vector<std::unique_ptr<Case>> all;
+
+  void submit(Service& svc, GenerateRequest req) {
+    auto c = std::make_unique<Case>();
+    c->req = std::move(req);
+    EXPECT_TRUE(svc.submit(c->req, c->rec.callback()).is_ok());
+    all.push_back(std::move(c));
+  }
+  // Each ends kDone with the text its prompt gives alone (sampling, EOS and the first
+  // stop string as requested) and a well-formed update stream.
+  void expect_solo_text(LoadedModel& m, int64_t timeout_ms) {
+    for (auto& c : all) {
+      ASSERT_TRUE(c->rec.wait_final(timeout_ms));
+      const Update f = c->rec.final_update();
+      ASSERT_EQ(f.kind, Update::Kind::kDone) << c->req.tier << ": " << f.reason << " " << f.message;
+      const auto ref = testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), c->req.sampling,
+                                            c->req.ignore_eos);
+      std::string want = testing::tokens_text(*m.tok, ref, c->req.ignore_eos);
+      if (!c->req.stop.empty())
+        if (const size_t at = want.find(c->req.stop[0]); at != std::string::npos) want.resize(at);
+      EXPECT_EQ(c->rec.text(), want) << c->req.tier;
+      EXPECT_EQ(c->rec.violations(), 0);
+    }
+  }
+};
+
+// A request of `tier` with a random prompt that generates through EOS.
+GenerateRequest random_request(Rng& rng, LoadedModel& m, const std::string& tier, int n_prompt, int n_gen) {
+  GenerateRequest r;
+  r.tier = tier;
+  r.prompt = testing::random_prompt(rng, n_prompt, m.model->config().n_vocab);
+  r.max_tokens = n_gen;
+  r.ignore_eos = true;
+  return r;
+}
+
 // A tight KV pool (16 blocks of 16 cells) shared by long "slow" requests and "fast" ones
 // that arrive later: slow requests are preempted (kPreempted), recompute, and still end
 // with exactly the tokens they produce alone; every request completes.
@@ -45,34 +87,20 @@ TEST(ServiceTiers, PreemptedRequestsCompleteWithSameTokens) {
   auto svc = make_service(m, o, reg.get());
   ASSERT_TRUE(svc);
   Rng rng(3);
-  struct Case {
-    GenerateRequest req;
-    Recorder rec;
-  };
-  std::vector<std::unique_ptr<Case>> cases;
+  Cases cases;
   auto submit = [&](const std::string& tier, int n_prompt, int n_gen) {
-    auto c = std::make_unique<Case>();
-    c->req.tier = tier;
-    c->req.prompt = testing::random_prompt(rng, n_prompt, m.model->config().n_vocab);
-    c->req.max_tokens = n_gen;
-    c->req.ignore_eos = true;
-    c->req.preemption_budget = 100;  // this test is about correctness after preemption
-    EXPECT_TRUE(svc->submit(c->req, c->rec.callback()).is_ok());
-    cases.push_back(std::move(c));
+    GenerateRequest r = random_request(rng, m, tier, n_prompt, n_gen);
+    r.preemption_budget = 100;  // this test is about correctness after preemption
+    cases.submit(*svc, std::move(r));
   };
   for (int i = 0; i < 4; ++i) submit("slow", 20 + 5 * i, 60);
-  ASSERT_TRUE(cases[0]->rec.wait_kind(Update::Kind::kDelta));
+  ASSERT_TRUE(cases.all[0]->rec.wait_kind(Update::Kind::kDelta));
   for (int i = 0; i < 4; ++i) submit("fast", 30 + 7 * i, 50);
+  cases.expect_solo_text(m, 60000);
   int n_preempted = 0;
-  for (auto& c : cases) {
-    ASSERT_TRUE(c->rec.wait_final(60000));
-    const Update f = c->rec.final_update();
-    ASSERT_EQ(f.kind, Update::Kind::kDone) << c->req.tier << ": " << f.reason << " " << f.message;
+  for (auto& c : cases.all) {
     n_preempted += c->rec.count(Update::Kind::kPreempted);
-    EXPECT_EQ(f.timings.n_preemptions, c->rec.count(Update::Kind::kPreempted));
-    const auto ref = testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), {}, true);
-    EXPECT_EQ(c->rec.text(), testing::tokens_text(*m.tok, ref, true)) << c->req.tier;
-    EXPECT_EQ(c->rec.violations(), 0);
+    EXPECT_EQ(c->rec.final_update().timings.n_preemptions, c->rec.count(Update::Kind::kPreempted));
   }
   EXPECT_GT(n_preempted, 0);
   EXPECT_EQ(counter(*reg, Metric::kRequests, {"slow", "preempted"}) + counter(*reg, Metric::kRequests, {"fast", "preempted"}),
@@ -128,34 +156,14 @@ TEST(ServiceTiers, InterruptingTierCutsInAndNothingChanges) {
   auto svc = make_service(m, o, reg.get());
   ASSERT_TRUE(svc);
   Rng rng(17);
-  struct Case {
-    GenerateRequest req;
-    Recorder rec;
-  };
-  std::vector<std::unique_ptr<Case>> cases;
-  auto submit = [&](const std::string& tier, int n_prompt, int n_gen) {
-    auto c = std::make_unique<Case>();
-    c->req.tier = tier;
-    c->req.prompt = testing::random_prompt(rng, n_prompt, m.model->config().n_vocab);
-    c->req.max_tokens = n_gen;
-    c->req.ignore_eos = true;
-    EXPECT_TRUE(svc->submit(c->req, c->rec.callback()).is_ok());
-    cases.push_back(std::move(c));
-  };
-  for (int i = 0; i < 24; ++i) submit("slow", 10 + 2 * i, 60);  // within the 128-token context
-  ASSERT_TRUE(cases[0]->rec.wait_kind(Update::Kind::kDelta));
+  Cases cases;
+  for (int i = 0; i < 24; ++i) cases.submit(*svc, random_request(rng, m, "slow", 10 + 2 * i, 60));  // 128-token context
+  ASSERT_TRUE(cases.all[0]->rec.wait_kind(Update::Kind::kDelta));
   for (int i = 0; i < 20; ++i) {
-    submit("fast", 20 + 4 * i, 8);
+    cases.submit(*svc, random_request(rng, m, "fast", 20 + 4 * i, 8));
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
-  for (auto& c : cases) {
-    ASSERT_TRUE(c->rec.wait_final(120000));
-    const Update f = c->rec.final_update();
-    ASSERT_EQ(f.kind, Update::Kind::kDone) << c->req.tier << ": " << f.reason << " " << f.message;
-    const auto ref = testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), {}, true);
-    EXPECT_EQ(c->rec.text(), testing::tokens_text(*m.tok, ref, true)) << c->req.tier;
-    EXPECT_EQ(c->rec.violations(), 0);
-  }
+  cases.expect_solo_text(m, 120000);
   const Stats st = svc->stats();
   std::printf("interrupting tier: %lld of %lld steps interrupted\n", (long long)st.n_interrupted,
               (long long)st.n_steps);
@@ -178,39 +186,18 @@ TEST(ServiceTiers, SpeculativeDecodingGivesThePlainText) {
   auto svc = make_service(m, o, reg.get());
   ASSERT_TRUE(svc);
   Rng rng(29);
-  struct Case {
-    GenerateRequest req;
-    Recorder rec;
-  };
-  std::vector<std::unique_ptr<Case>> cases;
+  Cases cases;
   for (int i = 0; i < 12; ++i) {
-    auto c = std::make_unique<Case>();
-    c->req.tier = i % 3 == 2 ? "slow" : "fast";
-    c->req.prompt = testing::random_prompt(rng, 4 + i, m.model->config().n_vocab);
-    c->req.max_tokens = 40 + 5 * i;
-    c->req.ignore_eos = i % 2 == 0;
+    GenerateRequest r = random_request(rng, m, i % 3 == 2 ? "slow" : "fast", 4 + i, 40 + 5 * i);
+    r.ignore_eos = i % 2 == 0;
     if (i % 4 == 1) {
-      c->req.sampling.temperature = 0.8f;
-      c->req.sampling.seed = 100 + uint64_t(i);
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 100 + uint64_t(i);
     }
-    if (i == 5) c->req.stop = {"tree"};
-    EXPECT_TRUE(svc->submit(c->req, c->rec.callback()).is_ok());
-    cases.push_back(std::move(c));
+    if (i == 5) r.stop = {"tree"};
+    cases.submit(*svc, std::move(r));
   }
-  for (auto& c : cases) {
-    ASSERT_TRUE(c->rec.wait_final(60000));
-    const Update f = c->rec.final_update();
-    ASSERT_EQ(f.kind, Update::Kind::kDone) << f.reason << " " << f.message;
-    const auto ref =
-        testing::solo_tokens(*m.model, *m.tok, c->req.prompt, int(c->req.max_tokens), c->req.sampling, c->req.ignore_eos);
-    std::string want = testing::tokens_text(*m.tok, ref, c->req.ignore_eos);
-    if (!c->req.stop.empty()) {
-      const size_t at = want.find(c->req.stop[0]);
-      if (at != std::string::npos) want.resize(at);
-    }
-    EXPECT_EQ(c->rec.text(), want) << c->req.tier;
-    EXPECT_EQ(c->rec.violations(), 0);
-  }
+  cases.expect_solo_text(m, 60000);
   const Stats st = svc->stats();
   std::printf("speculative: %lld drafted, %lld accepted\n", (long long)st.n_drafted, (long long)st.n_draft_accepted);
   EXPECT_GT(st.n_drafted, 0);
