@@ -409,16 +409,11 @@ StepResult Engine::step(const StepPlan& plan) {
       res.n_computed = it.p0;
       res.n_blocks = int32_t(it.s->blocks.size());
     }
-    r.stats.kv_blocks_total = pool_->n_blocks();
-    r.stats.kv_blocks_used = pool_->n_used();
-    r.stats.kv_blocks_cached = pool_->n_cached();
-    r.stats.kv_blocks_free = pool_->n_free();
-    r.stats.time_ns = now_ns() - t0;
-    return r;
   }
 
-  // 4. Commit the tokens, sample, register newly full blocks.
-  for (const Item& it : items) {
+  // 4. Commit the tokens, sample, register newly full blocks (none of it when interrupted).
+  const std::span<const Item> commit = r.stats.interrupted ? std::span<const Item>() : std::span<const Item>(items);
+  for (const Item& it : commit) {
     const SeqStep& st = plan.seqs[it.entry];
     SeqResult& res = r.seqs[it.entry];
     Seq& s = *it.s;
@@ -457,8 +452,10 @@ StepResult Engine::step(const StepPlan& plan) {
     ++r.stats.n_seqs;
   }
 
-  r.stats.n_tokens = n_total;
-  r.stats.n_outputs = int32_t(n_out);
+  if (!r.stats.interrupted) {
+    r.stats.n_tokens = n_total;
+    r.stats.n_outputs = int32_t(n_out);
+  }
   r.stats.kv_blocks_total = pool_->n_blocks();
   r.stats.kv_blocks_used = pool_->n_used();
   r.stats.kv_blocks_cached = pool_->n_cached();
