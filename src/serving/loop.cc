@@ -242,14 +242,19 @@ TokenLogprob Service::Impl::token_logprob(std::span<const float> logits, int32_t
   out.token = tok.token_to_piece(token);
   out.logprob = float(double(logits[size_t(token)]) - lse);
   if (n_top > 0) {
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-    const size_t k = std::min(ids.size(), size_t(n_top));
-    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
-    });
-    for (size_t i = 0; i < k; ++i)
-      out.top.push_back({tok.token_to_piece(ids[i]), float(double(logits[size_t(ids[i])]) - lse)});
+    // One pass keeping the best k (k <= 20) in order; on ties the lower id first.
+    const size_t k = std::min(logits.size(), size_t(n_top));
+    std::vector<int32_t> best;
+    best.reserve(k + 1);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const float l = logits[i];
+      if (best.size() == k && !(l > logits[size_t(best.back())])) continue;
+      size_t at = best.size();
+      while (at > 0 && l > logits[size_t(best[at - 1])]) --at;
+      best.insert(best.begin() + ptrdiff_t(at), int32_t(i));
+      if (best.size() > k) best.pop_back();
+    }
+    for (int32_t id : best) out.top.push_back({tok.token_to_piece(id), float(double(logits[size_t(id)]) - lse)});
   }
   return out;
 }
