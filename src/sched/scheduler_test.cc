@@ -56,6 +56,14 @@ Plan run_step(Scheduler& s, FakeEngine& e, ManualClock& clock, int64_t dt_ns = 1
   return p;
 }
 
+// A 64-token budget with ultrafast bursting and interrupting (the defaults' latency tier).
+SchedConfig interrupting() {
+  SchedConfig c = base(64);
+  c.tiers[0].burst_tokens = 512;
+  c.tiers[0].interrupt = true;
+  return c;
+}
+
 // The engine's answer to a plan it abandoned (Plan::interruptible): nothing changed.
 StepUpdate interrupted(const Scheduler& s, const Plan& p) {
   StepUpdate u;
@@ -542,9 +550,7 @@ TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
 // An interrupting tier's new prompt takes a step of its own (the others sit it out), and
 // that step cannot be interrupted; steps with only its decodes can.
 TEST(Scheduler, InterruptTierPromptRunsInAnExclusiveStep) {
-  SchedConfig c = base(64);
-  c.tiers[0].burst_tokens = 512;
-  c.tiers[0].interrupt = true;
+  SchedConfig c = interrupting();
   auto s = make(c);
   FakeEngine e(100000, 16);
   ManualClock clock;
@@ -586,9 +592,7 @@ TEST(Scheduler, InterruptTierPromptRunsInAnExclusiveStep) {
 // A flood of small prompts of an interrupting tier: exclusive steps stay within share_max
 // of every window of steps, so the other tiers keep their floors over the window.
 TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
-  SchedConfig c = base(64);
-  c.tiers[0].burst_tokens = 512;
-  c.tiers[0].interrupt = true;
+  SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;
   auto s = make(c);
   FakeEngine e(100000, 16);
@@ -623,9 +627,7 @@ TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
 // An interrupted step changes nothing: the same work is planned again, and its tokens do
 // not count against the interrupting tier's window.
 TEST(Scheduler, InterruptedStepIsPlannedAgain) {
-  SchedConfig c = base(64);
-  c.tiers[0].burst_tokens = 512;
-  c.tiers[0].interrupt = true;
+  SchedConfig c = interrupting();
   auto s = make(c);
   FakeEngine e(100000, 16);
   ManualClock clock;
@@ -651,9 +653,7 @@ TEST(Scheduler, InterruptedStepIsPlannedAgain) {
 // so the scheduler must stop offering interruptible steps once the floors could not
 // afford the exclusive step that would follow).
 TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
-  SchedConfig c = base(64);
-  c.tiers[0].burst_tokens = 512;
-  c.tiers[0].interrupt = true;
+  SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;
   auto s = make(c);
   FakeEngine e(100000, 16);
