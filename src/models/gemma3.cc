@@ -198,6 +198,20 @@ void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
 
 }  // namespace
 
+// After a projection into ws.tmp: tmp = norm(tmp) * post_w, x += tmp, xn = norm(x) * next_w.
+void Gemma3::norm_add_norm(ThreadPool& pool, engine::Workspace& wsb, int64_t n, const float* post_w,
+                           const float* next_w) const {
+  auto& ws = static_cast<Gemma3Workspace&>(wsb);
+  const int64_t d = cfg_.n_embd;
+  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    float* t = ws.tmp.data() + b * d;
+    float* x = ws.x.data() + b * d;
+    engine::ops::rms_norm_rows(t, d, post_w, t, d, e - b, d, rms_eps_);
+    engine::ops::add(x, t, (e - b) * d);
+    engine::ops::rms_norm_rows(x, d, next_w, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
+  });
+}
+
 std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threads) const {
   auto ws = std::make_unique<Gemma3Workspace>();
   const int64_t d = cfg_.n_embd, nq = cfg_.n_head * cfg_.head_dim, nkv = cfg_.n_head_kv * cfg_.head_dim;
@@ -262,20 +276,21 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
 
     // QK-norm, RoPE, query scale; K and V into the cache.
     for_tokens(pool, n, [&](int64_t b, int64_t e) {
+      // The heads of rows [b, e) are consecutive vectors of hd floats.
+      engine::ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head, hd,
+                                 rms_eps_);
+      engine::ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
+                                 (e - b) * n_head_kv, hd, rms_eps_);
       for (int64_t i = b; i < e; ++i) {
         float* qi = ws.q.data() + i * nq;
         float* ki = ws.k.data() + i * nkv;
         const float* cs = cs_all + i * n_rot;
         for (int64_t h = 0; h < n_head; ++h) {
           float* qh = qi + h * hd;
-          engine::ops::rms_norm(qh, L.q_norm, qh, hd, rms_eps_);
           engine::ops::rope_apply(rope, cs, qh);
           for (int64_t j = 0; j < hd; ++j) qh[j] *= attn_scale_;
         }
-        for (int64_t h = 0; h < n_head_kv; ++h) {
-          engine::ops::rms_norm(ki + h * hd, L.k_norm, ki + h * hd, hd, rms_eps_);
-          engine::ops::rope_apply(rope, cs, ki + h * hd);
-        }
+        for (int64_t h = 0; h < n_head_kv; ++h) engine::ops::rope_apply(rope, cs, ki + h * hd);
         const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
         const int64_t cell = sv.cell(batch.positions[size_t(i)]);
         engine::ops::to_f16(ki, kv.k(l, cell), nkv);
@@ -379,15 +394,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
 
     // Output projection, post-attention norm, residual, FFN norm.
     L.wo.matmul(ws.attn.data(), nq, n, ws.tmp.data(), d, pool);
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float* xi = ws.x.data() + i * d;
-        float* ti = ws.tmp.data() + i * d;
-        engine::ops::rms_norm(ti, L.attn_post_norm, ti, d, rms_eps_);
-        engine::ops::add(xi, ti, d);
-        engine::ops::rms_norm(xi, L.ffn_norm, ws.xn.data() + i * d, d, rms_eps_);
-      }
-    });
+    norm_add_norm(pool, wsb, n, L.attn_post_norm, L.ffn_norm);
 
     // GELU-gated FFN (llama.cpp's F16 GELU table, see ops::geglu_tanh_f16).
     // Gate and up in one dispatch; each thread applies the activation to the rows it
@@ -406,15 +413,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     // Post-FFN norm, residual, the next norm (the next layer's attention norm or the
     // output norm).
     const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float* xi = ws.x.data() + i * d;
-        float* ti = ws.tmp.data() + i * d;
-        engine::ops::rms_norm(ti, L.ffn_post_norm, ti, d, rms_eps_);
-        engine::ops::add(xi, ti, d);
-        engine::ops::rms_norm(xi, next_norm, ws.xn.data() + i * d, d, rms_eps_);
-      }
-    });
+    norm_add_norm(pool, wsb, n, L.ffn_post_norm, next_norm);
   }
 
   // Logits of the wanted rows (ws.xn holds exactly those rows now, in out_rows order).

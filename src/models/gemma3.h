@@ -60,6 +60,8 @@ class Gemma3 final : public engine::Architecture {
   };
 
   Status load_hparams(const gguf::File& f, const std::string& arch);
+  void norm_add_norm(ThreadPool& pool, engine::Workspace& ws, int64_t n, const float* post_w,
+                     const float* next_w) const;
 
   engine::ModelConfig cfg_;
   float rms_eps_ = 1e-6f;

@@ -198,28 +198,32 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     const bool last = l + 1 == int(cfg_.n_layer);
 
     // Q, K, V.
-    L.wq.matmul(ws.xn.data(), d, n, ws.q.data(), nq, pool);
-    L.wk.matmul(ws.xn.data(), d, n, ws.k.data(), nkv, pool);
-    L.wv.matmul(ws.xn.data(), d, n, ws.v.data(), nkv, pool);
+    {
+      const engine::Product qkv[] = {{&L.wq, ws.q.data(), nq}, {&L.wk, ws.k.data(), nkv}, {&L.wv, ws.v.data(), nkv}};
+      engine::matmul_many(qkv, ws.xn.data(), d, n, pool);
+    }
 
     // Bias, QK-norm, RoPE; K and V into the cache.
     for_tokens(pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
+        if (L.bq) engine::ops::add(ws.q.data() + i * nq, L.bq, nq);
+        if (L.bk) engine::ops::add(ws.k.data() + i * nkv, L.bk, nkv);
+        if (L.bv) engine::ops::add(ws.v.data() + i * nkv, L.bv, nkv);
+      }
+      // The heads of rows [b, e) are consecutive vectors of hd floats.
+      if (L.q_norm)
+        engine::ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head,
+                                   hd, rms_eps_);
+      if (L.k_norm)
+        engine::ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
+                                   (e - b) * n_head_kv, hd, rms_eps_);
+      for (int64_t i = b; i < e; ++i) {
         float* qi = ws.q.data() + i * nq;
         float* ki = ws.k.data() + i * nkv;
         float* vi = ws.v.data() + i * nkv;
-        if (L.bq) engine::ops::add(qi, L.bq, nq);
-        if (L.bk) engine::ops::add(ki, L.bk, nkv);
-        if (L.bv) engine::ops::add(vi, L.bv, nkv);
         const float* cs = ws.cs.data() + i * n_rot;
-        for (int64_t h = 0; h < n_head; ++h) {
-          if (L.q_norm) engine::ops::rms_norm(qi + h * hd, L.q_norm, qi + h * hd, hd, rms_eps_);
-          engine::ops::rope_apply(rope_, cs, qi + h * hd);
-        }
-        for (int64_t h = 0; h < n_head_kv; ++h) {
-          if (L.k_norm) engine::ops::rms_norm(ki + h * hd, L.k_norm, ki + h * hd, hd, rms_eps_);
-          engine::ops::rope_apply(rope_, cs, ki + h * hd);
-        }
+        for (int64_t h = 0; h < n_head; ++h) engine::ops::rope_apply(rope_, cs, qi + h * hd);
+        for (int64_t h = 0; h < n_head_kv; ++h) engine::ops::rope_apply(rope_, cs, ki + h * hd);
         const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
         const int64_t cell = sv.cell(batch.positions[size_t(i)]);
         engine::ops::to_f16(ki, kv.k(l, cell), nkv);
@@ -308,8 +312,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
         float* xi = ws.x.data() + i * d;
         if (L.bo) engine::ops::add(ws.tmp.data() + i * d, L.bo, d);
         engine::ops::add(xi, ws.tmp.data() + i * d, d);
-        engine::ops::rms_norm(xi, L.ffn_norm, ws.xn.data() + i * d, d, rms_eps_);
       }
+      engine::ops::rms_norm_rows(ws.x.data() + b * d, d, L.ffn_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
     });
 
     // FFN, residual, the next norm (the next layer's attention norm or the output norm).
@@ -318,11 +322,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
     const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
     for_tokens(pool, n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        float* xi = ws.x.data() + i * d;
-        engine::ops::add(xi, ws.tmp.data() + i * d, d);
-        engine::ops::rms_norm(xi, next_norm, ws.xn.data() + i * d, d, rms_eps_);
-      }
+      engine::ops::add(ws.x.data() + b * d, ws.tmp.data() + b * d, (e - b) * d);
+      engine::ops::rms_norm_rows(ws.x.data() + b * d, d, next_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
     });
   }
 

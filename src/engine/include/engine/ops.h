@@ -13,6 +13,12 @@ namespace ts::engine::ops {
 // double, the scale applied in float, as ggml_rms_norm + ggml_mul do. y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
+// rms_norm of n_rows rows (row i at x + i * x_stride, written to y + i * y_stride), each
+// with exactly rms_norm's operations; rows are summed several at a time (the per-row sum
+// is a serial chain of double adds, so one row at a time waits on its latency).
+void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
+                   int64_t n, float eps);
+
 // Rotary position embedding of one head vector.
 struct RopeConfig {
   int n_rot = 0;                        // rotated dimensions (even, <= head_dim)
