@@ -61,7 +61,7 @@ void linear_gated(const Matrix& gate, const Matrix& up, GateAct act, const float
       float* ht = h + t * n_ff;
       const float* ut = tmp + t * n_ff;
       if (act == GateAct::kSilu) {
-        for (int64_t i = r0; i < r1; ++i) ht[i] = ops::detail::silu(ht[i]) * ut[i];
+        ops::swiglu(ht + r0, ut + r0, ht + r0, r1 - r0);
       } else {
         for (int64_t i = r0; i < r1; ++i) ht[i] = ops::detail::gelu_tanh(ht[i]) * ut[i];
       }
