@@ -71,9 +71,12 @@ class KvCache {
   KvShape shape_;
   int64_t n_cells_ = 0;
   int32_t block_size_ = 0;
+  // An anonymous mapping of `bytes` bytes (zeroed, 2 MiB-aligned, MADV_HUGEPAGE).
   struct Free {
+    size_t bytes;  // no initializer: the nested class must stay default-constructible here
     void operator()(uint16_t* p) const;
   };
+  static std::unique_ptr<uint16_t[], Free> map_halves(size_t n);
   size_t n_k_ = 0, n_v_ = 0;
   std::unique_ptr<uint16_t[], Free> k_, v_;
 };
