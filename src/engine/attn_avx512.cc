@@ -3,13 +3,15 @@
 // exactly the same float operations in the same order; only the schedule differs.
 //
 // Why it is faster: the online softmax is a chain through the running max, the sum and
-// the F16 accumulator, one link per key. The AVX2 version walks that chain with the
-// accumulator in memory (a store-to-load round trip per key) and interleaves it with the
-// dot products and exp calls. Here keys go in chunks of 16: first all dot products of the
-// chunk (independent, full ILP), then the chunk's softmax factors (independent exp calls
-// given the running max), then the accumulator update with the accumulator held in
-// registers, rounded to F16 in-register (cvtps2ph + cvtph2ps) exactly where AVX2 stores
-// and reloads halves. K and V rows are converted to float once per chunk for all queries.
+// the F16 accumulator, one link per key. The AVX2 version walks one query's chain at a
+// time and interleaves it with the dot products and exp calls. Here keys go in chunks of
+// 16: first all dot products of the chunk (independent, full ILP), the 16 horizontal sums
+// of a key (one per query) in one transposed reduction tree that adds, per query, the same
+// lane pairs in the same order as the AVX2 path's sum of one vector; then the softmax
+// factors and accumulator updates key by key, query by query, so that the chains of all
+// queries overlap each other and the exp calls (an update is an FMA and an F16 round trip,
+// cvtps2ph + cvtph2ps, exactly where AVX2 stores and reloads halves). K and V rows are
+// converted to float once per chunk for all queries of one kv head.
 //
 // Scalar parts must not be contracted into FMAs (the AVX2 file compiles them the same way).
 #pragma GCC optimize("fp-contract=off")
@@ -35,28 +37,133 @@ inline __m512 load_h16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// The 8-lane horizontal sum of the AVX2 path, in its order.
-inline float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-
 // The AVX2 dot keeps four 8-lane sums a0..a3 over dims [32c, 32c+8), [+8, +16), [+16, +24),
-// [+24, +32) of every 32-dim chunk c and returns hsum((a0 + a2) + (a1 + a3)). Here
+// [+24, +32) of every 32-dim chunk c and returns hsum8((a0 + a2) + (a1 + a3)). Here
 // za = [a0 | a1] and zb = [a2 | a3] in 16-lane registers: the same lanes, the same FMAs.
+// dot16 returns t = za + zb; the AVX2 order then sums u_i = t_i + t_(i+8) (i < 8), then
+// w_i = u_i + u_(i+4) (i < 4), then x_0 = w_0 + w_2 and x_1 = w_1 + w_3, then x_0 + x_1.
 template <int D>
-inline float dot(const __m512* k, const float* q) {
+inline __m512 dot16(const __m512* k, const float* q) {
   __m512 za = _mm512_setzero_ps(), zb = za;
 #pragma GCC unroll 8
   for (int c = 0; c < D / 32; ++c) {
     za = _mm512_fmadd_ps(k[2 * c], _mm512_loadu_ps(q + 32 * c), za);
     zb = _mm512_fmadd_ps(k[2 * c + 1], _mm512_loadu_ps(q + 32 * c + 16), zb);
   }
-  const __m512 t = _mm512_add_ps(za, zb);
-  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1)));
+  return _mm512_add_ps(za, zb);
+}
+
+// The reduction tree over 16 vectors t(0..15), level by level as the order above; each
+// level adds two registers' worth of halves. Notation: a 16-lane register is four 128-bit
+// quarters Q0..Q3.
+// Level 1: [u(a) | u(b)] from t(a), t(b) (quarters Q0,Q1 + Q2,Q3 of each).
+inline __m512 sum_u(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Level 2: [w(a) | w(b) | w(c) | w(d)] from [u(a) | u(b)] and [u(c) | u(d)].
+inline __m512 sum_w(__m512 ab, __m512 cd) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Level 3: quarter k holds x_0, x_1 of quarter k of `lo`, then x_0, x_1 of quarter k of `hi`.
+inline __m512 sum_x(__m512 lo, __m512 hi) {
+  return _mm512_add_ps(_mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Level 4: the sums x_0 + x_1 of the four keys of every quarter.
+inline __m512 sum_final(__m512 lo, __m512 hi) {
+  return _mm512_add_ps(_mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The 16 horizontal sums of t(0..n-1) (zero vectors for n..15) in lane order: lane i is
+// t(i)'s sum exactly as the AVX2 path adds it. t is called in index order (callers may
+// interleave other work with it). The tree leaves vector p in lane 4 * (p % 4) + p / 4 (a
+// 4x4 transpose of the lane index), undone by one permutation.
+template <typename T>
+inline __m512 hsum16(T&& t, int n) {
+  auto in = [&](int i) { return i < n ? t(i) : _mm512_setzero_ps(); };
+  __m512 w[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512 t0 = in(4 * g);
+    const __m512 t1 = in(4 * g + 1);
+    const __m512 ab = sum_u(t0, t1);
+    const __m512 t2 = in(4 * g + 2);
+    const __m512 t3 = in(4 * g + 3);
+    w[g] = sum_w(ab, sum_u(t2, t3));
+  }
+  const __m512 f = sum_final(sum_x(w[0], w[1]), sum_x(w[2], w[3]));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+}
+
+inline __m512 load_v(const float* p) { return _mm512_load_ps(p); }
+inline __m512 load_v(const uint16_t* p) { return load_h16(p); }
+
+// Softmax factors and accumulator updates of keys [0, c) of a chunk, key by key and query
+// by query (query i takes keys [0, ci[i])), scores st[j * ss + i], value rows vrow(i, j).
+// The accumulators stay in memory: between two updates of one query come those of all
+// other queries, so the chains overlap without being held in registers, and the exp calls
+// (which clobber every vector register) cost no spills. The factors of key j + 1 are
+// computed after the update of key j, so that no update waits for its exp call. Per
+// query, the float operations of the AVX2 path in its order.
+template <int D, typename V>
+inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
+                               float (*acc)[D], V&& vrow) {
+  static_assert(kMaxSeqQueries >= kMaxGroupQueries);
+  constexpr int NV = D / 16;
+  float f_ms[kMaxSeqQueries], f_vsc[kMaxSeqQueries];  // factors of each query's next key
+  bool f_moved[kMaxSeqQueries];
+  auto factors = [&](int i, int j) {
+    const float sj = st[j * ss + i];
+    float ms = 1.0f, vsc = 1.0f;
+    const bool moved = sj > m[i];
+    if (moved) {
+      ms = std::exp(m[i] - sj);
+      m[i] = sj;
+    } else {
+      vsc = std::exp(sj - m[i]);
+    }
+    s_sum[i] = s_sum[i] * ms + vsc;
+    f_ms[i] = ms;
+    f_vsc[i] = vsc;
+    f_moved[i] = moved;
+  };
+  for (int i = 0; i < n_q; ++i)
+    if (ci[i] > 0) factors(i, 0);
+  for (int j = 0; j < c; ++j)
+    for (int i = 0; i < n_q; ++i) {
+      if (j >= ci[i]) continue;
+      const auto* v = vrow(i, j);
+      const __m512 vv = _mm512_set1_ps(f_vsc[i]);
+      if (f_moved[i]) {
+        const __m512 vm = _mm512_set1_ps(f_ms[i]);
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r) {
+          const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vm));
+          _mm512_store_ps(acc[i] + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r)
+          _mm512_store_ps(acc[i] + 16 * r,
+                          round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc[i] + 16 * r))));
+      }
+      if (j + 1 < ci[i]) factors(i, j + 1);
+    }
+}
+
+// Cells of positions [p, p + n) of a block table, without a division per key.
+inline void cells_of(const KvSeqView& seq, int64_t p, int n, int64_t* cells) {
+  int64_t b = p / seq.block_size, o = p % seq.block_size;
+  for (int j = 0; j < n; ++j) {
+    cells[j] = int64_t(seq.blocks[size_t(b)]) * seq.block_size + o;
+    if (++o == seq.block_size) {
+      o = 0;
+      ++b;
+    }
+  }
 }
 
 template <int D>
@@ -66,8 +173,9 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
   alignas(64) float qf[kMaxGroupQueries][D];
   alignas(64) float acc[kMaxGroupQueries][D];  // F16-representable values
   alignas(64) float vf[kChunk][D];
-  float s[kMaxGroupQueries][kChunk];
+  alignas(64) float st[kChunk][kMaxGroupQueries];  // scores, key by key
   float m[kMaxGroupQueries], s_sum[kMaxGroupQueries];
+  int ci[kMaxGroupQueries];
   int64_t max_kv = 0;
   for (int i = 0; i < n_q; ++i) {
     for (int r = 0; r < NV; ++r) _mm512_store_ps(qf[i] + 16 * r, round_h(_mm512_loadu_ps(q[i] + 16 * r)));
@@ -76,28 +184,18 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
     s_sum[i] = 0.0f;
     max_kv = std::max(max_kv, n_kv[i]);
   }
+  const __m512 vscale = _mm512_set1_ps(scale);
   const int64_t ks = kv.k_cell_stride(), vs = kv.v_cell_stride();
   const uint16_t* k_base = kv.k(layer, 0) + int64_t(kv_head) * D;
   const uint16_t* v_base = kv.v(layer, 0) + int64_t(kv_head) * D;
-  // Cells of positions [p, p + n), walking the block table without a division per key.
-  auto cells_of = [&](int64_t p, int n, int64_t* cells) {
-    int64_t b = p / seq.block_size, o = p % seq.block_size;
-    for (int j = 0; j < n; ++j) {
-      cells[j] = int64_t(seq.blocks[size_t(b)]) * seq.block_size + o;
-      if (++o == seq.block_size) {
-        o = 0;
-        ++b;
-      }
-    }
-  };
   int64_t cur[kChunk], next[kChunk];
-  cells_of(0, int(std::min<int64_t>(kChunk, max_kv)), cur);
+  cells_of(seq, 0, int(std::min<int64_t>(kChunk, max_kv)), cur);
   for (int64_t p0 = 0; p0 < max_kv; p0 += kChunk) {
     const int c = int(std::min<int64_t>(kChunk, max_kv - p0));
     // Prefetch the next chunk's rows: one head's slice of every cell is a strided walk that
     // the hardware prefetchers follow poorly, and decode is bound by this read.
     const int c_next = int(std::clamp<int64_t>(max_kv - p0 - kChunk, 0, kChunk));
-    cells_of(p0 + kChunk, c_next, next);
+    cells_of(seq, p0 + kChunk, c_next, next);
     for (int j = 0; j < c_next; ++j) {
       const char* kr = reinterpret_cast<const char*>(k_base + next[j] * ks);
       const char* vr = reinterpret_cast<const char*>(v_base + next[j] * vs);
@@ -106,7 +204,8 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
         _mm_prefetch(vr + off, _MM_HINT_T0);
       }
     }
-    // Scores of the chunk for every query that sees the key; V rows to float.
+    // Scores of the chunk for every query (those past a query's length go unused); V rows
+    // to float.
     for (int j = 0; j < c; ++j) {
       const uint16_t* kr = k_base + cur[j] * ks;
       const uint16_t* vr = v_base + cur[j] * vs;
@@ -115,48 +214,12 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
       for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kr + 16 * r);
 #pragma GCC unroll 16
       for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16(vr + 16 * r));
-      for (int i = 0; i < n_q; ++i)
-        if (p0 + j < n_kv[i]) s[i][j] = float(double(dot<D>(kreg, qf[i]))) * scale;
+      const __m512 sums = hsum16([&](int i) { return dot16<D>(kreg, qf[i]); }, n_q);
+      _mm512_store_ps(st[j], _mm512_mul_ps(sums, vscale));
     }
-    for (int i = 0; i < n_q; ++i) {
-      const int ci = int(std::min<int64_t>(c, n_kv[i] - p0));
-      if (ci <= 0) continue;
-      // Softmax factors: the running max is a cheap chain; the exp calls are independent.
-      float ms[kChunk], vsc[kChunk];
-      bool moved[kChunk];
-      float mi = m[i], sum = s_sum[i];
-      for (int j = 0; j < ci; ++j) {
-        const float sj = s[i][j];
-        ms[j] = 1.0f;
-        vsc[j] = 1.0f;
-        moved[j] = sj > mi;
-        if (moved[j]) {
-          ms[j] = std::exp(mi - sj);
-          mi = sj;
-        } else {
-          vsc[j] = std::exp(sj - mi);
-        }
-        sum = sum * ms[j] + vsc[j];
-      }
-      m[i] = mi;
-      s_sum[i] = sum;
-      // The accumulator chain, in registers.
-      __m512 a[NV];
-#pragma GCC unroll 16
-      for (int r = 0; r < NV; ++r) a[r] = _mm512_load_ps(acc[i] + 16 * r);
-      for (int j = 0; j < ci; ++j) {
-        if (moved[j]) {
-          const __m512 vm = _mm512_set1_ps(ms[j]);
-#pragma GCC unroll 16
-          for (int r = 0; r < NV; ++r) a[r] = round_h(_mm512_mul_ps(a[r], vm));
-        }
-        const __m512 vv = _mm512_set1_ps(vsc[j]);
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r) a[r] = round_h(_mm512_fmadd_ps(_mm512_load_ps(vf[j] + 16 * r), vv, a[r]));
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < NV; ++r) _mm512_store_ps(acc[i] + 16 * r, a[r]);
-    }
+    for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(n_kv[i] - p0, 0, c));
+    softmax_accumulate<D>(st[0], kMaxGroupQueries, c, ci, n_q, m, s_sum, acc,
+                          [&](int, int j) { return vf[j]; });
     std::copy(next, next + c_next, cur);
   }
   for (int i = 0; i < n_q; ++i) {
@@ -166,50 +229,19 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
   }
 }
 
-// Applies the softmax factors of keys [0, ci) of a chunk to G accumulators at once, the
-// G chains interleaved (each chain is serial: FMA, round to F16, next key). v[g][j] points
-// at the F16 value row of key j for query g.
-template <int D, int G>
-inline void accumulate(float* const* acc, const uint16_t* const (*v)[kChunk], const bool (*moved)[kChunk],
-                       const float (*ms)[kChunk], const float (*vsc)[kChunk], int ci) {
-  constexpr int NV = D / 16;
-  __m512 a[G][NV];
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g)
-#pragma GCC unroll 16
-    for (int r = 0; r < NV; ++r) a[g][r] = _mm512_load_ps(acc[g] + 16 * r);
-  for (int j = 0; j < ci; ++j) {
-#pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) {
-      if (moved[g][j]) {
-        const __m512 vm = _mm512_set1_ps(ms[g][j]);
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r) a[g][r] = round_h(_mm512_mul_ps(a[g][r], vm));
-      }
-      const __m512 vv = _mm512_set1_ps(vsc[g][j]);
-#pragma GCC unroll 16
-      for (int r = 0; r < NV; ++r) a[g][r] = round_h(_mm512_fmadd_ps(load_h16(v[g][j] + 16 * r), vv, a[g][r]));
-    }
-  }
-#pragma GCC unroll 16
-  for (int g = 0; g < G; ++g)
-#pragma GCC unroll 16
-    for (int r = 0; r < NV; ++r) _mm512_store_ps(acc[g] + 16 * r, a[g][r]);
-}
-
 // attention_seq: per query the float operations of group<D> in the same order. Keys go in
 // chunks of 16; per key the cell's heads are visited in query order (contiguous reads),
-// then every query's softmax factors, then the accumulator chains, G at a time.
+// then the softmax factors and accumulator updates as in group<D>. When all queries share
+// one kv head (prompt units), V rows are converted once per chunk, as in group<D>;
+// otherwise each update converts the row of its own head.
 template <int D>
 void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale) {
   constexpr int NV = D / 16;
-  constexpr int G = NV <= 4 ? 4 : NV <= 8 ? 2 : 1;  // chains interleaved (G * NV <= 16 registers)
   alignas(64) float qf[kMaxSeqQueries][D];
   alignas(64) float acc[kMaxSeqQueries][D];  // F16-representable values
-  float s[kMaxSeqQueries][kChunk];
-  float ms[kMaxSeqQueries][kChunk], vsc[kMaxSeqQueries][kChunk];
-  bool moved[kMaxSeqQueries][kChunk];
-  const uint16_t* vrow[kMaxSeqQueries][kChunk];
+  alignas(64) float st[kChunk][kMaxSeqQueries];  // scores, key by key
+  alignas(64) float vf[kChunk][D];             // V rows of the chunk when all queries share a head
+  const uint16_t* vrow[kMaxSeqQueries][kChunk];  // V rows of every query otherwise
   float m[kMaxSeqQueries], s_sum[kMaxSeqQueries];
   int ci[kMaxSeqQueries];
   int64_t max_kv = 0;
@@ -223,26 +255,18 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
     h_lo = std::min(h_lo, qs[i].kv_head);
     h_hi = std::max(h_hi, qs[i].kv_head);
   }
+  const bool shared_v = h_lo == h_hi && n_q > 1;
+  const __m512 vscale = _mm512_set1_ps(scale);
   const int64_t ks = kv.k_cell_stride(), vs = kv.v_cell_stride();
   const uint16_t* k_base = kv.k(layer, 0);
   const uint16_t* v_base = kv.v(layer, 0);
   const int span_bytes = (h_hi - h_lo + 1) * D * 2;  // bytes of the heads used, per cell
-  auto cells_of = [&](int64_t p, int n, int64_t* cells) {
-    int64_t b = p / seq.block_size, o = p % seq.block_size;
-    for (int j = 0; j < n; ++j) {
-      cells[j] = int64_t(seq.blocks[size_t(b)]) * seq.block_size + o;
-      if (++o == seq.block_size) {
-        o = 0;
-        ++b;
-      }
-    }
-  };
   int64_t cur[kChunk], next[kChunk];
-  cells_of(0, int(std::min<int64_t>(kChunk, max_kv)), cur);
+  cells_of(seq, 0, int(std::min<int64_t>(kChunk, max_kv)), cur);
   for (int64_t p0 = 0; p0 < max_kv; p0 += kChunk) {
     const int c = int(std::min<int64_t>(kChunk, max_kv - p0));
     const int c_next = int(std::clamp<int64_t>(max_kv - p0 - kChunk, 0, kChunk));
-    cells_of(p0 + kChunk, c_next, next);
+    cells_of(seq, p0 + kChunk, c_next, next);
     for (int j = 0; j < c_next; ++j) {
       const char* kr = reinterpret_cast<const char*>(k_base + next[j] * ks + int64_t(h_lo) * D);
       const char* vr = reinterpret_cast<const char*>(v_base + next[j] * vs + int64_t(h_lo) * D);
@@ -251,59 +275,40 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
         _mm_prefetch(vr + off, _MM_HINT_T0);
       }
     }
-    for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(qs[i].n_kv - p0, 0, c));
-    // Scores; K of a head is converted once for the run of queries of that head.
+    // Scores of 16 queries at a time; K of a head is converted once for the run of queries
+    // of that head. Scores past a query's length go unused.
     for (int j = 0; j < c; ++j) {
       const uint16_t* kcell = k_base + cur[j] * ks;
       const uint16_t* vcell = v_base + cur[j] * vs;
+      if (shared_v) {
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16(vcell + int64_t(h_lo) * D + 16 * r));
+      } else {
+        for (int i = 0; i < n_q; ++i) vrow[i][j] = vcell + int64_t(qs[i].kv_head) * D;
+      }
       __m512 kreg[NV];
       int loaded = -1;
-      for (int i = 0; i < n_q; ++i) {
-        const int h = qs[i].kv_head;
-        vrow[i][j] = vcell + int64_t(h) * D;
-        if (j >= ci[i]) continue;
-        if (h != loaded) {
+      for (int b = 0; b < n_q; b += 16) {
+        const __m512 sums = hsum16(
+            [&](int t) {
+              const int h = qs[b + t].kv_head;
+              if (h != loaded) {
 #pragma GCC unroll 16
-          for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kcell + int64_t(h) * D + 16 * r);
-          loaded = h;
-        }
-        s[i][j] = float(double(dot<D>(kreg, qf[i]))) * scale;
+                for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kcell + int64_t(h) * D + 16 * r);
+                loaded = h;
+              }
+              return dot16<D>(kreg, qf[b + t]);
+            },
+            std::min(16, n_q - b));
+        _mm512_store_ps(st[j] + b, _mm512_mul_ps(sums, vscale));
       }
     }
-    // Softmax factors (as group<D>).
-    for (int i = 0; i < n_q; ++i) {
-      float mi = m[i], sum = s_sum[i];
-      for (int j = 0; j < ci[i]; ++j) {
-        const float sj = s[i][j];
-        ms[i][j] = 1.0f;
-        vsc[i][j] = 1.0f;
-        moved[i][j] = sj > mi;
-        if (moved[i][j]) {
-          ms[i][j] = std::exp(mi - sj);
-          mi = sj;
-        } else {
-          vsc[i][j] = std::exp(sj - mi);
-        }
-        sum = sum * ms[i][j] + vsc[i][j];
-      }
-      m[i] = mi;
-      s_sum[i] = sum;
-    }
-    // Accumulator chains: G queries with the same key count together, the rest one by one.
-    for (int i = 0; i < n_q;) {
-      bool same = i + G <= n_q;
-      for (int g = 1; same && g < G; ++g) same = ci[i + g] == ci[i];
-      if (same) {
-        float* a[G];
-        for (int g = 0; g < G; ++g) a[g] = acc[i + g];
-        accumulate<D, G>(a, vrow + i, moved + i, ms + i, vsc + i, ci[i]);
-        i += G;
-      } else {
-        float* a = acc[i];
-        accumulate<D, 1>(&a, vrow + i, moved + i, ms + i, vsc + i, ci[i]);
-        ++i;
-      }
-    }
+    for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(qs[i].n_kv - p0, 0, c));
+    if (shared_v)
+      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, n_q, m, s_sum, acc, [&](int, int j) { return vf[j]; });
+    else
+      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, n_q, m, s_sum, acc,
+                            [&](int i, int j) { return vrow[i][j]; });
     std::copy(next, next + c_next, cur);
   }
   for (int i = 0; i < n_q; ++i) {

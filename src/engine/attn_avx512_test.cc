@@ -118,6 +118,53 @@ TEST(AttentionSeq, BitIdenticalToGroups) {
     }
 }
 
+// attention_seq at query counts around the 16 scores reduced together: 1, 2, 17 and 32
+// queries, all of one kv head (value rows shared by the whole call) or of heads taken in
+// runs of 3 (rows per query), lengths from 1 to past two chunks.
+TEST(AttentionSeq, AnyQueryCountBitIdenticalToGroups) {
+  Rng rng(29);
+  for (int dim : {64, 256}) {
+    const int n_pos = 45, n_head_kv = 4, bs = 16;
+    const int64_t n_blocks = (n_pos + bs - 1) / bs;
+    auto kv = std::move(KvCache::create({1, n_head_kv, dim, dim}, n_blocks, bs)).value();
+    std::vector<int32_t> blocks;
+    for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t(b));
+    const KvSeqView view{blocks, bs};
+    std::vector<float> row(size_t(dim) * n_head_kv);
+    for (int p = 0; p < n_pos; ++p) {
+      for (auto& x : row) x = rng.normal();
+      ops::to_f16(row.data(), kv->k(0, view.cell(p)), int64_t(row.size()));
+      for (auto& x : row) x = 3.0f * rng.normal();
+      ops::to_f16(row.data(), kv->v(0, view.cell(p)), int64_t(row.size()));
+    }
+    for (int n_q : {1, 2, 17, ops::kMaxSeqQueries})
+      for (bool one_head : {true, false}) {
+        std::vector<std::vector<float>> q, a;
+        std::vector<ops::AttnQuery> qs;
+        for (int i = 0; i < n_q; ++i) {
+          q.emplace_back(size_t(dim));
+          for (auto& x : q.back()) x = 3.0f * rng.normal();
+          a.emplace_back(size_t(dim));
+        }
+        for (int i = 0; i < n_q; ++i)
+          qs.push_back({q[size_t(i)].data(), a[size_t(i)].data(), 1 + (i * 7 + 3) % n_pos,
+                        int32_t(one_head ? 1 : (i / 3) % n_head_kv)});
+        std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(kv->shape())));
+        const float scale = 1.0f / std::sqrt(float(dim));
+        ops::attention_seq(qs.data(), n_q, *kv, 0, view, scale, scratch.data());
+        std::vector<float> b(static_cast<size_t>(dim));
+        for (int i = 0; i < n_q; ++i) {
+          const float* qp = q[size_t(i)].data();
+          float* bp = b.data();
+          ops::attention_group(&qp, &qs[size_t(i)].n_kv, 1, *kv, 0, qs[size_t(i)].kv_head, view, scale, &bp,
+                               scratch.data());
+          ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), bp, size_t(dim) * sizeof(float)))
+              << "dim " << dim << " n_q " << n_q << " one head " << one_head << " query " << i;
+        }
+      }
+  }
+}
+
 TEST(AttentionAvx512, DeclinesOtherHeadSizes) {
   if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto kv = std::move(KvCache::create({1, 1, 40, 40}, 2, 16)).value();

@@ -1,0 +1,139 @@
+// Prompt-processing attention of one layer, as the models call it (1 thread): a 512-token
+// prompt attending causally to itself.
+// - group/256: Gemma 3 270M's shape (head size 256, one kv head, 4 query heads): units of
+//   4 rows x 4 heads through ops::attention_group.
+// - seq/64: llama 110m's shape (head size 64, 12 heads, no GQA): units of 16 rows of one
+//   head through ops::attention_seq; seq/128/gqa4: head size 128, 2 kv heads of 4 query
+//   heads, units of 4 rows x 4 heads.
+// - group/256/decode, seq/64/decode: one token at position 511 (all query heads of it).
+// Items are (query, key) pairs; the rate is what to compare between builds.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "engine/kv_cache.h"
+#include "engine/ops.h"
+
+namespace ts::engine {
+namespace {
+
+struct Prompt {
+  int n_pos, n_head_kv, dim, group;
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> blocks;
+  std::vector<float> q, out;  // [pos][head][dim]
+  std::vector<uint16_t> scratch;
+
+  Prompt(int n_pos_, int n_head_kv_, int dim_, int group_)
+      : n_pos(n_pos_), n_head_kv(n_head_kv_), dim(dim_), group(group_) {
+    const int bs = 16;
+    const int64_t n_blocks = (n_pos + bs - 1) / bs;
+    kv = std::move(KvCache::create({1, n_head_kv, dim, dim}, n_blocks, bs)).value();
+    for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t(b));
+    Rng rng(5);
+    std::vector<float> row(size_t(dim) * n_head_kv);
+    const KvSeqView view{blocks, bs};
+    for (int p = 0; p < n_pos; ++p) {
+      for (auto& x : row) x = rng.normal();
+      ops::to_f16(row.data(), kv->k(0, view.cell(p)), int64_t(row.size()));
+      for (auto& x : row) x = rng.normal();
+      ops::to_f16(row.data(), kv->v(0, view.cell(p)), int64_t(row.size()));
+    }
+    q.resize(size_t(n_pos) * n_head_kv * group * dim);
+    for (auto& x : q) x = 1.5f * rng.normal();
+    out.resize(q.size());
+    scratch.resize(size_t(ops::attention_group_scratch_halves(kv->shape())));
+  }
+  float* qp(int pos, int head) { return q.data() + (size_t(pos) * n_head_kv * group + head) * dim; }
+  float* op(int pos, int head) { return out.data() + (size_t(pos) * n_head_kv * group + head) * dim; }
+  int64_t pairs() const { return int64_t(n_pos) * (n_pos + 1) / 2 * n_head_kv * group; }
+};
+
+void BM_group256(benchmark::State& state) {
+  Prompt pr(512, 1, 256, 4);
+  const KvSeqView view{pr.blocks, 16};
+  const float scale = 1.0f / std::sqrt(256.0f);
+  const int rows = ops::kMaxGroupQueries / pr.group;
+  for (auto _ : state) {
+    for (int r0 = 0; r0 < pr.n_pos; r0 += rows) {
+      const float* qs[ops::kMaxGroupQueries];
+      float* outs[ops::kMaxGroupQueries];
+      int64_t n_kv[ops::kMaxGroupQueries];
+      int n_q = 0;
+      for (int r = r0; r < r0 + rows; ++r)
+        for (int h = 0; h < pr.group; ++h) {
+          qs[n_q] = pr.qp(r, h);
+          outs[n_q] = pr.op(r, h);
+          n_kv[n_q++] = r + 1;
+        }
+      ops::attention_group(qs, n_kv, n_q, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data());
+    }
+    benchmark::DoNotOptimize(pr.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * pr.pairs());
+}
+BENCHMARK(BM_group256)->Name("group/256")->Unit(benchmark::kMillisecond);
+
+// Prompt units of llama_family: 16 / group rows x the group's query heads of one kv head.
+void seq_prompt(benchmark::State& state, int dim, int n_head_kv, int group) {
+  Prompt pr(512, n_head_kv, dim, group);
+  const KvSeqView view{pr.blocks, 16};
+  const float scale = 1.0f / std::sqrt(float(dim));
+  const int rows = ops::kMaxGroupQueries / group;
+  for (auto _ : state) {
+    for (int r0 = 0; r0 < pr.n_pos; r0 += rows)
+      for (int g = 0; g < pr.n_head_kv; ++g) {
+        ops::AttnQuery qs[ops::kMaxGroupQueries];
+        int n_q = 0;
+        for (int r = r0; r < r0 + rows; ++r)
+          for (int h = g * group; h < (g + 1) * group; ++h) qs[n_q++] = {pr.qp(r, h), pr.op(r, h), r + 1, g};
+        ops::attention_seq(qs, n_q, *pr.kv, 0, view, scale, pr.scratch.data());
+      }
+    benchmark::DoNotOptimize(pr.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * pr.pairs());
+}
+BENCHMARK_CAPTURE(seq_prompt, 64, 64, 12, 1)->Name("seq/64")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(seq_prompt, 128, 128, 2, 4)->Name("seq/128/gqa4")->Unit(benchmark::kMillisecond);
+
+void BM_group256_decode(benchmark::State& state) {
+  Prompt pr(512, 1, 256, 4);
+  const KvSeqView view{pr.blocks, 16};
+  const float scale = 1.0f / std::sqrt(256.0f);
+  const float* qs[4];
+  float* outs[4];
+  int64_t n_kv[4];
+  for (int h = 0; h < 4; ++h) {
+    qs[h] = pr.qp(511, h);
+    outs[h] = pr.op(511, h);
+    n_kv[h] = 512;
+  }
+  for (auto _ : state) {
+    ops::attention_group(qs, n_kv, 4, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data());
+    benchmark::DoNotOptimize(pr.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 4 * 512);
+}
+BENCHMARK(BM_group256_decode)->Name("group/256/decode")->Unit(benchmark::kMicrosecond);
+
+void BM_seq64_decode(benchmark::State& state) {
+  Prompt pr(512, 12, 64, 1);
+  const KvSeqView view{pr.blocks, 16};
+  const float scale = 1.0f / std::sqrt(64.0f);
+  ops::AttnQuery qs[12];
+  for (int h = 0; h < 12; ++h) qs[h] = {pr.qp(511, h), pr.op(511, h), 512, h};
+  for (auto _ : state) {
+    ops::attention_seq(qs, 12, *pr.kv, 0, view, scale, pr.scratch.data());
+    benchmark::DoNotOptimize(pr.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 12 * 512);
+}
+BENCHMARK(BM_seq64_decode)->Name("seq/64/decode")->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace ts::engine
+
+BENCHMARK_MAIN();
