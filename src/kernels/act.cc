@@ -19,6 +19,25 @@ struct Layout {
   int64_t qs = 0, d = 0, corr = 0, s = 0, xs = 0, xf = 0, tok_bytes = 0;
 };
 
+// Whether activations of vec_dot_type vdt also get the interleaved tile layout (Act::tiles):
+// 32-element blocks, several tokens, and the AVX-512 tiles that read it.
+bool wants_tiles(DType vdt, int n_tok) {
+  return (vdt == DType::Q8_0 || vdt == DType::Q8_1) && n_tok > 1 && best_isa() == Isa::kAvx512;
+}
+
+// Copies the converted token t (at `base`, layout l) into its slots of the tile records.
+void scatter_tiles(DType vdt, int64_t n_cols, const uint8_t* base, const Layout& l, int t, uint8_t* tiles) {
+  const int64_t nb = n_cols / kQK;
+  const int slot = t % Act::kTileTokens;
+  uint8_t* rec = tiles + int64_t(t / Act::kTileTokens) * nb * Act::kTileBlockBytes;
+  const uint8_t* aux = base + (vdt == DType::Q8_1 ? l.s : l.corr);
+  for (int64_t b = 0; b < nb; ++b, rec += Act::kTileBlockBytes) {
+    std::memcpy(rec + 32 * slot, base + l.qs + 32 * b, 32);
+    std::memcpy(rec + Act::kTileD + 4 * slot, base + l.d + 4 * b, 4);
+    std::memcpy(rec + Act::kTileAux + 4 * slot, aux + 4 * b, 4);
+  }
+}
+
 Layout layout_for(DType vdt, int64_t n_cols) {
   Layout l;
   int64_t off = 0;
@@ -173,13 +192,24 @@ const Act& ActBuffer::prepare(DType wtype, const float* x, int64_t x_stride, int
     return a;
   }
   const Layout l = layout_for(vdt, n_cols);
-  const size_t need = size_t(l.tok_bytes) * size_t(n_tok) + 64;
+  const bool tiles = wants_tiles(vdt, n_tok);
+  const int64_t n_groups = (n_tok + Act::kTileTokens - 1) / Act::kTileTokens;
+  const size_t tile_bytes = tiles ? size_t(n_groups * (n_cols / kQK) * Act::kTileBlockBytes) : 0;
+  const size_t need = size_t(l.tok_bytes) * size_t(n_tok) + tile_bytes + 64;
   if (buf_.size() < need) buf_.resize(need);
   uint8_t* base = buf_.data() + ((64 - (reinterpret_cast<uintptr_t>(buf_.data()) & 63)) & 63);
+  uint8_t* tile_base = base + l.tok_bytes * n_tok;
+  // The unused slots of a last partial group.
+  if (tiles && n_tok % Act::kTileTokens != 0) {
+    const int64_t nb = n_cols / kQK;
+    std::memset(tile_base + (n_groups - 1) * nb * Act::kTileBlockBytes, 0, size_t(nb * Act::kTileBlockBytes));
+  }
   const ActRowFns& f = act_row_fns(best_isa());
   auto convert = [&](int64_t b, int64_t e, int) {
-    for (int64_t t = b; t < e; ++t)
+    for (int64_t t = b; t < e; ++t) {
       convert_row(f, wtype, vdt, x + t * x_stride, n_cols, base + t * l.tok_bytes, l);
+      if (tiles) scatter_tiles(vdt, n_cols, base + t * l.tok_bytes, l, int(t), tile_base);
+    }
   };
   if (pool && n_tok > 1) {
     pool->parallel_for(n_tok, 1, convert);
@@ -195,6 +225,7 @@ const Act& ActBuffer::prepare(DType wtype, const float* x, int64_t x_stride, int
     a.corr = reinterpret_cast<const int32_t*>(base + l.corr);
     a.s = reinterpret_cast<const float*>(base + l.s);
     a.xs = reinterpret_cast<const int16_t*>(base + l.xs);
+    if (tiles) a.tiles = tile_base;
   }
   return a;
 }

@@ -32,6 +32,18 @@ struct Act {
   const float* s = nullptr;       // Q4_1/Q5_1: Q8_1's s = fp16(d * sum(q)), as float
   const int16_t* xs = nullptr;    // Q4_K/Q5_K: sum(q) per 32-element sub-block
 
+  // Q8_0/Q8_1 activations of several tokens, also interleaved for the AVX-512 panel tiles
+  // (null otherwise): tokens in groups of kTileTokens, and per group and 32-block b one
+  // record of kTileBlockBytes at tiles + (group * n_blocks + b) * kTileBlockBytes:
+  //   qs[slot][32] (int8), then d[slot] (float), then corr[slot] (int32; Q8_1: s as
+  //   float), slot = token - kTileTokens * group.
+  // A tile of the tokens of one group then addresses all of them from one pointer.
+  // Slots past the last token are zero. (10 tokens: as many as a tile keeps in registers.)
+  static constexpr int kTileTokens = 10;
+  static constexpr int kTileBlockBytes = kTileTokens * (32 + 4 + 4);
+  static constexpr int kTileD = kTileTokens * 32, kTileAux = kTileD + 4 * kTileTokens;
+  const uint8_t* tiles = nullptr;
+
   template <typename T>
   const T* at(const T* p, int t) const {
     return reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(p) + t * tok_bytes);

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "act.h"
 #include "gemm_avx512.h"
@@ -86,35 +87,33 @@ struct Tokens {
 // ---------------------------------------------------------------------------------------
 // 32-element blocks: Q8_0, Q4_0, Q5_0 (offset levels), Q4_1, Q5_1 (levels + min).
 
-// The 8 vectors of unsigned levels of one block: lo[h] holds columns 4h..4h+3 of each row,
-// hi[h] columns 16+4h.. (Q8_0: w[j] holds columns 4j..4j+3, stored in lo[0..3], hi[0..3]).
+// The unsigned levels of one block are 8 vectors: lo[h] holds columns 4h..4h+3 of each
+// row, hi[h] columns 16+4h.. (Q8_0: w[j] holds columns 4j..4j+3, stored in lo[0..3],
+// hi[0..3]). unpack32_pair makes lo[h] and hi[h], unpack32 all 8.
 template <DType W>
-TS_INLINE void unpack32(const uint8_t* g, __m512i lo[4], __m512i hi[4]) {
+TS_INLINE void unpack32_pair(const uint8_t* g, int h, __m512i& lo, __m512i& hi) {
   if constexpr (W == DType::Q8_0) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));
-    TS_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      lo[j] = _mm512_xor_si512(load512(g + 64 * j), flip);
-      hi[j] = _mm512_xor_si512(load512(g + 64 * (j + 4)), flip);
-    }
+    lo = _mm512_xor_si512(load512(g + 64 * h), flip);
+    hi = _mm512_xor_si512(load512(g + 64 * (h + 4)), flip);
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    TS_UNROLL
-    for (int h = 0; h < 4; ++h) {
-      const __m512i v = load512(g + 64 * h);
-      lo[h] = _mm512_and_si512(v, m4);
-      hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    }
+    const __m512i v = load512(g + 64 * h);
+    lo = _mm512_and_si512(v, m4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
       const __m512i b4 = _mm512_set1_epi8(0x10);
-      const uint8_t* hb = g + pq5_0::kHbit;
-      TS_UNROLL
-      for (int h = 0; h < 4; ++h) {
-        lo[h] = _mm512_mask_add_epi8(lo[h], load_mask(hb + 16 * h), lo[h], b4);
-        hi[h] = _mm512_mask_add_epi8(hi[h], load_mask(hb + 16 * h + 8), hi[h], b4);
-      }
+      const uint8_t* hb = g + pq5_0::kHbit + 16 * h;
+      lo = _mm512_mask_add_epi8(lo, load_mask(hb), lo, b4);
+      hi = _mm512_mask_add_epi8(hi, load_mask(hb + 8), hi, b4);
     }
   }
+}
+
+template <DType W>
+TS_INLINE void unpack32(const uint8_t* g, __m512i lo[4], __m512i hi[4]) {
+  TS_UNROLL
+  for (int h = 0; h < 4; ++h) unpack32_pair<W>(g, h, lo[h], hi[h]);
 }
 
 template <DType W>
@@ -143,7 +142,8 @@ constexpr bool has_min32() {
 // prefetching 2 or 8 blocks ahead into L1 or L2 on top of them measured 10-25% slower for
 // Q8_0 and Q5_0 (Gemma 3 270M's output projection and Q/K/gate/up; 4 KiB and 2 MiB pages,
 // 1 and 2 threads). The K-quant kernels below do prefetch: their groups are larger and
-// their loops longer, and there it measured faster.
+// their loops longer, and there it measured faster. So do the tiles of several tokens
+// (tile32x), which are compute bound: they request the next panel while they run.
 
 template <DType W, int T>
 void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
@@ -194,6 +194,138 @@ void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, 
   }
   TS_UNROLL
   for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// Requests the lines of the group at g, the same block of the next panel. With several
+// tokens a panel is compute bound, and while it runs the hardware prefetchers alone keep
+// too few of the next panel's DRAM reads in flight (a 16-token step of Gemma 3 270M's
+// output projection took the sum of its compute and its DRAM time). Panels are consecutive
+// where they are pre-packed; past the last panel, or after a panel packed on the fly, the
+// addresses are of no use but harmless (prefetches never fault).
+template <int kBytes>
+TS_INLINE void prefetch_next(const uint8_t* g) {
+  TS_UNROLL
+  for (int off = 0; off < kBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T1);
+}
+
+// Unpacked levels of a panel (the 8 vectors of unpack32 per block), so that the tiles of
+// many tokens unpack each block once instead of once per tile.
+constexpr int kPreBytes = 512;
+
+template <DType W>
+void unpack_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
+  constexpr int kG = group_bytes32<W>();
+  const int64_t next = nb * kG;
+  for (int64_t b = 0; b < nb; ++b, panel += kG, out += kPreBytes) {
+    prefetch_next<kG>(panel + next);
+    TS_UNROLL
+    for (int h = 0; h < 4; ++h) {
+      __m512i lo, hi;
+      unpack32_pair<W>(panel, h, lo, hi);
+      _mm512_store_si512(out + 64 * h, lo);
+      _mm512_store_si512(out + 64 * (h + 4), hi);
+    }
+  }
+}
+
+// A 64-byte aligned scratch buffer per thread for unpack_panel.
+uint8_t* pre_buffer(int64_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < size_t(bytes) + 64) buf.resize(size_t(bytes) + 64);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - (p & 63)) & 63);
+}
+
+// One block of a tile of T tokens (all addresses fixed offsets from x): the integer sums,
+// then acc[t] += float(sum) * (dw * dx) as in tile32.
+template <DType W, int T, bool kPre>
+TS_INLINE void block32x(const uint8_t* g, const uint8_t* pre, const uint8_t* x, __m512 dw, __m512* acc) {
+  constexpr int kD = Act::kTileD, kAux = Act::kTileAux;
+  // With few tokens (decode) the low and high halves get dependency chains of their own.
+  constexpr int kC = T <= 2 ? 2 : 1;
+  __m512i s[kC][T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    s[0][t] = has_min32<W>() ? _mm512_setzero_si512() : bcast32(x + kAux + 4 * t);
+    if constexpr (kC == 2) s[kC - 1][t] = _mm512_setzero_si512();
+  }
+  TS_UNROLL
+  for (int h = 0; h < 4; ++h) {
+    __m512i lo, hi;
+    if constexpr (kPre) {
+      lo = load512(pre + 64 * h);
+      hi = load512(pre + 64 * (h + 4));
+    } else {
+      unpack32_pair<W>(g, h, lo, hi);
+    }
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) s[0][t] = dpbusd(s[0][t], lo, bcast32(x + 32 * t + 4 * h));
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) s[kC - 1][t] = dpbusd(s[kC - 1][t], hi, bcast32(x + 32 * t + 16 + 4 * h));
+  }
+  if constexpr (kC == 2) {
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) s[0][t] = _mm512_add_epi32(s[0][t], s[1][t]);
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    float dx;
+    std::memcpy(&dx, x + kD + 4 * t, 4);
+    const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), dxw, acc[t]);
+    if constexpr (has_min32<W>()) {
+      constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+      float sx;
+      std::memcpy(&sx, x + kAux + 4 * t, 4);
+      acc[t] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(sx), acc[t]);
+    }
+  }
+}
+
+// tile32 on the interleaved activations of Act::tiles, for several tokens: x points at the
+// record of the tile's group and block 0, the tile's tokens being slots 0..T-1. All
+// activation addresses are fixed offsets from x (one register, one add per block), where
+// tile32 keeps a pointer per token and array, more than there are registers, and spills.
+// The levels are unpacked a pair (lo[h], hi[h]) at a time, so only two are live, which
+// leaves registers for 10 tokens. kPre: the levels come unpacked from `pre` (unpack_panel);
+// kPf: prefetch the next panel (the panel's first tile).
+template <DType W, int T, bool kPre, bool kPf>
+void tile32x(const uint8_t* panel, const uint8_t* pre, int64_t nb, const uint8_t* x, int t0, float* y, int64_t ys,
+             int n_rows) {
+  static_assert(T <= Act::kTileTokens);
+  constexpr int kG = group_bytes32<W>();
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const uint8_t* const end = panel + nb * kG;
+  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kTileBlockBytes, pre += kPre ? kPreBytes : 0) {
+    if constexpr (kPf) prefetch_next<kG>(g + nb * kG);
+    const __m512 dw = load_half16(g + d_offset32<W>());
+    block32x<W, T, kPre>(g, pre, x, dw, acc);
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// Tokens [t0, t0 + nt) in tiles of Act::kTileTokens, then one tile of the remainder
+// (t0 is the first token of a group). pre: the unpacked panel, or null; first: no tile of
+// this panel has run yet.
+template <DType W, int T = Act::kTileTokens>
+void gemm32x(const uint8_t* panel, const uint8_t* pre, int64_t nb, const Act& act, int t0, int nt, float* y,
+             int64_t ys, int n_rows, bool first = true) {
+  if constexpr (T > 0) {
+    for (; nt >= T; t0 += T, nt -= T, first = false) {
+      const uint8_t* x = act.tiles + int64_t(t0 / Act::kTileTokens) * nb * Act::kTileBlockBytes;
+      if (pre)
+        tile32x<W, T, true, false>(panel, pre, nb, x, t0, y, ys, n_rows);
+      else if (first)
+        tile32x<W, T, false, true>(panel, pre, nb, x, t0, y, ys, n_rows);
+      else
+        tile32x<W, T, false, false>(panel, pre, nb, x, t0, y, ys, n_rows);
+    }
+    if (nt > 0) gemm32x<W, T - 1>(panel, pre, nb, act, t0, nt, y, ys, n_rows, first);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -355,11 +487,28 @@ void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, in
     tile32<W, T>(panel, nb, act, t0, y, ys, n_rows);
 }
 
+// Whether to unpack a panel once for many tiles: for the nibble types (2-3 vector ops per
+// level vector and tile otherwise), not for Q8_0 (its one xor costs less than the store).
+template <DType W>
+constexpr bool kPreUnpack = W != DType::Q8_0;
+
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
   constexpr int kT = kK ? 4 : 8;  // tokens per tile (registers: kT accumulators + sums)
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
+  if constexpr (!kK) {
+    if (act.tiles && t0 % Act::kTileTokens == 0) {
+      // Three or more tiles: unpack the panel once (with two, the stores cost more than the
+      // unpacking they save: measured with 16 tokens).
+      uint8_t* pre = nullptr;
+      if (kPreUnpack<W> && nt > 2 * Act::kTileTokens) {
+        pre = pre_buffer(nb * kPreBytes);
+        unpack_panel<W>(panel, nb, pre);
+      }
+      return gemm32x<W>(panel, pre, nb, act, t0, nt, y, ys, n_rows);
+    }
+  }
   int t = t0;
   const int end = t0 + nt;
   for (; t + kT <= end; t += kT) tile<kT, W>(panel, nb, act, t, y, ys, n_rows);

@@ -136,8 +136,12 @@ void register_all() {
   for (DType t : testing::kWeightTypes) {
     for (Isa isa : testing::isas_here()) {
       if (isa == Isa::kScalar) continue;
-      for (const Shape& s : {kShapes[1], kShapes[3]}) {
+      // 4096x640: Gemma 3 270M's width (K = 640), where a panel and a tile's activations
+      // stay in L1 across the tiles of tokens; 262144x640: its output projection, read from
+      // DRAM, at a batched decode step of 16 sequences.
+      for (const Shape& s : {kShapes[1], kShapes[3], Shape{"4096x640", 4096, 640}, kShapes[4]}) {
         for (int n_tok : {16, 128, 512}) {
+          if (s.rows == kShapes[4].rows && (n_tok != 16 || (t != DType::Q8_0 && t != DType::Q5_0))) continue;
           for (int threads : {1, 2}) {
             const std::string name = std::string("matmul/") + dtype_name(t) + "/" + isa_name(isa) + "/" +
                                      s.name + "/n" + std::to_string(n_tok) + "/t" + std::to_string(threads);
