@@ -38,6 +38,22 @@ void scatter_tiles(DType vdt, int64_t n_cols, const uint8_t* base, const Layout&
   }
 }
 
+// Whether Q8_K activations get the interleaved K-quant tile layout (Act::ktiles).
+bool wants_ktiles(DType vdt, int n_tok) { return vdt == DType::Q8_K && n_tok > 1 && best_isa() == Isa::kAvx512; }
+
+// Copies the converted Q8_K token t into its slots of the K-quant tile records.
+void scatter_ktiles(int64_t n_cols, const uint8_t* base, const Layout& l, int t, uint8_t* tiles) {
+  const int64_t nb = n_cols / kQKK;
+  const int slot = t % Act::kKTileTokens;
+  uint8_t* rec = tiles + int64_t(t / Act::kKTileTokens) * nb * Act::kKTileBlockBytes;
+  for (int64_t b = 0; b < nb; ++b, rec += Act::kKTileBlockBytes) {
+    std::memcpy(rec + 256 * slot, base + l.qs + 256 * b, 256);
+    std::memcpy(rec + Act::kKTileD + 4 * slot, base + l.d + 4 * b, 4);
+    std::memcpy(rec + Act::kKTileXs + 16 * slot, base + l.xs + 16 * b, 16);
+    std::memcpy(rec + Act::kKTileCorr + 64 * slot, base + l.corr + 64 * b, 64);
+  }
+}
+
 Layout layout_for(DType vdt, int64_t n_cols) {
   Layout l;
   int64_t off = 0;
@@ -195,7 +211,10 @@ const Act& ActBuffer::prepare(DType wtype, const float* x, int64_t x_stride, int
   const bool tiles = wants_tiles(vdt, n_tok);
   const int64_t n_groups = (n_tok + Act::kTileTokens - 1) / Act::kTileTokens;
   const size_t tile_bytes = tiles ? size_t(n_groups * (n_cols / kQK) * Act::kTileBlockBytes) : 0;
-  const size_t need = size_t(l.tok_bytes) * size_t(n_tok) + tile_bytes + 64;
+  const bool ktiles = wants_ktiles(vdt, n_tok);
+  const int64_t n_kgroups = (n_tok + Act::kKTileTokens - 1) / Act::kKTileTokens;
+  const size_t ktile_bytes = ktiles ? size_t(n_kgroups * (n_cols / kQKK) * Act::kKTileBlockBytes) : 0;
+  const size_t need = size_t(l.tok_bytes) * size_t(n_tok) + tile_bytes + ktile_bytes + 64;
   if (buf_.size() < need) buf_.resize(need);
   uint8_t* base = buf_.data() + ((64 - (reinterpret_cast<uintptr_t>(buf_.data()) & 63)) & 63);
   uint8_t* tile_base = base + l.tok_bytes * n_tok;
@@ -204,11 +223,17 @@ const Act& ActBuffer::prepare(DType wtype, const float* x, int64_t x_stride, int
     const int64_t nb = n_cols / kQK;
     std::memset(tile_base + (n_groups - 1) * nb * Act::kTileBlockBytes, 0, size_t(nb * Act::kTileBlockBytes));
   }
+  uint8_t* ktile_base = tile_base + tile_bytes;
+  if (ktiles && n_tok % Act::kKTileTokens != 0) {
+    const int64_t nb = n_cols / kQKK;
+    std::memset(ktile_base + (n_kgroups - 1) * nb * Act::kKTileBlockBytes, 0, size_t(nb * Act::kKTileBlockBytes));
+  }
   const ActRowFns& f = act_row_fns(best_isa());
   auto convert = [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) {
       convert_row(f, wtype, vdt, x + t * x_stride, n_cols, base + t * l.tok_bytes, l);
       if (tiles) scatter_tiles(vdt, n_cols, base + t * l.tok_bytes, l, int(t), tile_base);
+      if (ktiles) scatter_ktiles(n_cols, base + t * l.tok_bytes, l, int(t), ktile_base);
     }
   };
   if (pool && n_tok > 1) {
@@ -226,6 +251,7 @@ const Act& ActBuffer::prepare(DType wtype, const float* x, int64_t x_stride, int
     a.s = reinterpret_cast<const float*>(base + l.s);
     a.xs = reinterpret_cast<const int16_t*>(base + l.xs);
     if (tiles) a.tiles = tile_base;
+    if (ktiles) a.ktiles = ktile_base;
   }
   return a;
 }

@@ -44,6 +44,18 @@ struct Act {
   static constexpr int kTileD = kTileTokens * 32, kTileAux = kTileD + 4 * kTileTokens;
   const uint8_t* tiles = nullptr;
 
+  // Q8_K activations of several tokens, interleaved likewise for the AVX-512 K-quant tiles
+  // (null otherwise): groups of kKTileTokens tokens, per group and 256-block one record of
+  // kKTileBlockBytes at ktiles + (group * n_blocks + b) * kKTileBlockBytes:
+  //   qs[slot][256] (int8), d[slot] (float), xs[slot][8] (int16, sum(q) per 32),
+  //   corr16[slot][16] (int32, -32 * sum(q) per 16), padding to a multiple of 64 bytes.
+  // Slots past the last token are zero.
+  static constexpr int kKTileTokens = 8;
+  static constexpr int kKTileD = kKTileTokens * 256, kKTileXs = kKTileD + 4 * kKTileTokens,
+                       kKTileCorr = kKTileXs + 16 * kKTileTokens,
+                       kKTileBlockBytes = (kKTileCorr + 64 * kKTileTokens + 63) / 64 * 64;
+  const uint8_t* ktiles = nullptr;
+
   template <typename T>
   const T* at(const T* p, int t) const {
     return reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(p) + t * tok_bytes);

@@ -475,6 +475,212 @@ void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float*
 }
 
 // ---------------------------------------------------------------------------------------
+// K-quant tiles of up to Act::kKTileTokens tokens on the interleaved Q8_K activations
+// (Act::ktiles): x points at the record of the tile's group and 256-block, the tokens
+// being slots 0..T-1, so every activation operand is a fixed offset from one register
+// (tile_kx and tile_q6_k keep a pointer per token and array, which limits them to 4
+// tokens). One sub-block at a time: per token only its sub-block sum, its block sum and
+// its accumulator are live. The integer sums are the same exact sums in another order, and
+// the float operations per (row, token) are tile_kx's / tile_q6_k's.
+
+// The 16 level vectors of a 64-column chunk c of a Q4_K/Q5_K group: half 0 the low
+// nibbles (sub-block 2c), half 1 the high ones (2c + 1); h = 4-column word.
+template <DType W>
+TS_INLINE __m512i k45_level(const uint8_t* g, int c, int half, int h) {
+  constexpr bool kQ5 = W == DType::Q5_K;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = load512(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)));
+  __m512i l = half ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+  if constexpr (kQ5) l = _mm512_mask_add_epi8(l, load_mask(g + pq5_k::hbit(c, h, half)), l, _mm512_set1_epi8(0x10));
+  return l;
+}
+
+// Level vector (idx, half) of a Q6_K group (idx = 8 * (2n + q) + h as in panel.h), as an
+// unsigned 6-bit level: nibble | top bits moved to bits 4..5.
+TS_INLINE __m512i q6_level(const uint8_t* g, int idx, int half) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i top = load512(g + pq6_k::top(idx));
+  __m512i v = load512(g + pq6_k::nib(idx));
+  if (half) v = _mm512_srli_epi16(v, 4);
+  // The top bits sit at bit pq6_k::top_shift(idx, half); (v & 0x0F) | top in one vpternlogd.
+  __m512i t;
+  if ((idx & 1) == 0)
+    t = half ? _mm512_slli_epi16(top, 2) : _mm512_slli_epi16(top, 4);
+  else
+    t = half ? _mm512_srli_epi16(top, 2) : top;
+  return _mm512_ternarylogic_epi32(v, _mm512_and_si512(t, m30), m4, 0xEC);
+}
+
+// Unpacked levels of a K-quant group, in the order the tiles consume them: 64 vectors.
+constexpr int kPreKBytes = 64 * 64;
+
+template <DType W>
+constexpr int group_bytes_k() {
+  return W == DType::Q4_K ? pq4_k::kBytes : W == DType::Q5_K ? pq5_k::kBytes : pq6_k::kBytes;
+}
+
+// Vector i (0..63) of the consumption order: Q4_K/Q5_K i = 16c + 8 half + h; Q6_K
+// i = 16k + 8 hh2 + 4 half + hl, k = 2n + q the chunk, sub-block pass hh2 (hh), h = 4hh + hl.
+template <DType W>
+TS_INLINE __m512i k_level(const uint8_t* g, int i) {
+  if constexpr (W == DType::Q6_K) {
+    const int k = i / 16, hh = (i / 8) & 1, half = (i / 4) & 1, hl = i & 3;
+    return q6_level(g, 8 * k + 4 * hh + hl, half);
+  } else {
+    return k45_level<W>(g, i / 16, (i / 8) & 1, i & 7);
+  }
+}
+
+template <DType W>
+void unpack_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
+  constexpr int kG = group_bytes_k<W>();
+  const int64_t next = nsb * kG;
+  for (int64_t sb = 0; sb < nsb; ++sb, panel += kG, out += kPreKBytes) {
+    prefetch_next<kG>(panel + next);
+    for (int c = 0; c < 4; ++c) {
+      TS_UNROLL
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(out + 64 * (16 * c + i), k_level<W>(panel, 16 * c + i));
+    }
+  }
+}
+
+// Q4_K / Q5_K.
+template <DType W, int T, bool kPre, bool kPf>
+void tile_kxx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const uint8_t* x, int t0, float* y, int64_t ys,
+              int n_rows) {
+  static_assert(T <= Act::kKTileTokens);
+  constexpr int kG = group_bytes_k<W>();
+  constexpr int kSc = pq4_k::kSc, kMn = pq4_k::kMn, kD = pq4_k::kD, kDmin = pq4_k::kDmin;
+  static_assert(kSc == pq5_k::kSc && kMn == pq5_k::kMn && kD == pq5_k::kD && kDmin == pq5_k::kDmin);
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const uint8_t* const end = panel + nsb * kG;
+  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kKTileBlockBytes, pre += kPre ? kPreKBytes : 0) {
+    if constexpr (kPf) prefetch_next<kG>(g + nsb * kG);
+    __m512i isum[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      TS_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        __m512i s[T];
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) s[t] = _mm512_setzero_si512();
+        TS_UNROLL
+        for (int h = 0; h < 8; ++h) {
+          const __m512i l = kPre ? load512(pre + 64 * (16 * c + 8 * half + h)) : k45_level<W>(g, c, half, h);
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + 64 * c + 32 * half + 4 * h));
+        }
+        const __m512i sc =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * (2 * c + half))));
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
+      }
+    }
+    const __m512 d = load_half16(g + kD), dmin = load_half16(g + kDmin);
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      __m512i imin = _mm512_setzero_si512();
+      TS_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const __m512i mn =
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kMn + 32 * p)));
+        imin = _mm512_dpwssd_epi32(imin, mn, bcast32(x + Act::kKTileXs + 16 * t + 4 * p));
+      }
+      float dxs;
+      std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
+      const __m512 dx = _mm512_set1_ps(dxs);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+// Q6_K.
+template <int T, bool kPre, bool kPf>
+void tile_q6_kx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const uint8_t* x, int t0, float* y, int64_t ys,
+                int n_rows) {
+  static_assert(T <= Act::kKTileTokens);
+  constexpr int kG = pq6_k::kBytes;
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const uint8_t* const end = panel + nsb * kG;
+  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kKTileBlockBytes, pre += kPre ? kPreKBytes : 0) {
+    if constexpr (kPf) prefetch_next<kG>(g + nsb * kG);
+    __m512i isum[T];
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {  // chunk (n, q) = (k / 2, k % 2)
+      const int col0 = 128 * (k / 2) + 32 * (k % 2);
+      TS_UNROLL
+      for (int hh = 0; hh < 2; ++hh) {
+        TS_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          // Sub-block j: 16 columns at col0 + 16 hh + 64 half.
+          const int j = 8 * (k / 2) + 2 * (k % 2) + hh + 4 * half;
+          __m512i s[T];
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) s[t] = bcast32(x + Act::kKTileCorr + 64 * t + 4 * j);
+          TS_UNROLL
+          for (int hl = 0; hl < 4; ++hl) {
+            const __m512i l = kPre ? load512(pre + 64 * (16 * k + 8 * hh + 4 * half + hl))
+                                   : q6_level(g, 8 * k + 4 * hh + hl, half);
+            TS_UNROLL
+            for (int t = 0; t < T; ++t)
+              s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + col0 + 16 * hh + 64 * half + 4 * hl));
+          }
+          const __m512i sc =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j)));
+          TS_UNROLL
+          for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
+        }
+      }
+    }
+    const __m512 d = load_half16(g + pq6_k::kD);
+    TS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      float dxs;
+      std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(dxs)), acc[t]);
+    }
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
+template <DType W, int T, bool kPre, bool kPf>
+TS_INLINE void tile_kq(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const uint8_t* x, int t0, float* y,
+                       int64_t ys, int n_rows) {
+  if constexpr (W == DType::Q6_K)
+    tile_q6_kx<T, kPre, kPf>(panel, pre, nsb, x, t0, y, ys, n_rows);
+  else
+    tile_kxx<W, T, kPre, kPf>(panel, pre, nsb, x, t0, y, ys, n_rows);
+}
+
+// As gemm32x, on Act::ktiles.
+template <DType W, int T = Act::kKTileTokens>
+void gemm_kx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const Act& act, int t0, int nt, float* y,
+             int64_t ys, int n_rows, bool first = true) {
+  if constexpr (T > 0) {
+    for (; nt >= T; t0 += T, nt -= T, first = false) {
+      const uint8_t* x = act.ktiles + int64_t(t0 / Act::kKTileTokens) * nsb * Act::kKTileBlockBytes;
+      if (pre)
+        tile_kq<W, T, true, false>(panel, pre, nsb, x, t0, y, ys, n_rows);
+      else if (first)
+        tile_kq<W, T, false, true>(panel, pre, nsb, x, t0, y, ys, n_rows);
+      else
+        tile_kq<W, T, false, false>(panel, pre, nsb, x, t0, y, ys, n_rows);
+    }
+    if (nt > 0) gemm_kx<W, T - 1>(panel, pre, nsb, act, t0, nt, y, ys, n_rows, first);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Drivers: tiles of kT tokens, then one tile of the remainder.
 
 template <int T, DType W>
@@ -492,12 +698,31 @@ void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, in
 template <DType W>
 constexpr bool kPreUnpack = W != DType::Q8_0;
 
+// The same for the K-quant tiles, with three or more tiles (kernels_bench matmul/*_K, 1
+// thread, 128 and 512 tokens): Q5_K +7-11% and Q6_K +3-8% unpacked once; Q4_K (an and and
+// a shift per level vector) 0-3% slower, so it unpacks per tile. With two tiles (16
+// tokens) unpacking once was 4-11% slower for Q5_K/Q6_K.
+template <DType W>
+constexpr bool kPreUnpackK = W != DType::Q4_K;
+constexpr int kPreMinTilesK = 2;
+
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
-  constexpr int kT = kK ? 4 : 8;  // tokens per tile (registers: kT accumulators + sums)
+  // Tokens per tile of the per-token-pointer tiles (registers: kT accumulators + sums);
+  // the K-quant ones run only for one token or a call starting inside a group.
+  constexpr int kT = kK ? 4 : 8;
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
-  if constexpr (!kK) {
+  if constexpr (kK) {
+    if (act.ktiles && t0 % Act::kKTileTokens == 0) {
+      uint8_t* pre = nullptr;
+      if (kPreUnpackK<W> && nt > kPreMinTilesK * Act::kKTileTokens) {
+        pre = pre_buffer(nb * kPreKBytes);
+        unpack_panel_k<W>(panel, nb, pre);
+      }
+      return gemm_kx<W>(panel, pre, nb, act, t0, nt, y, ys, n_rows);
+    }
+  } else {
     if (act.tiles && t0 % Act::kTileTokens == 0) {
       // Three or more tiles: unpack the panel once (with two, the stores cost more than the
       // unpacking they save: measured with 16 tokens).

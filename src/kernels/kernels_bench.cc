@@ -139,7 +139,12 @@ void register_all() {
       // 4096x640: Gemma 3 270M's width (K = 640), where a panel and a tile's activations
       // stay in L1 across the tiles of tokens; 262144x640: its output projection, read from
       // DRAM, at a batched decode step of 16 sequences.
-      for (const Shape& s : {kShapes[1], kShapes[3], Shape{"4096x640", 4096, 640}, kShapes[4]}) {
+      // 640x2048: Gemma 3 270M's FFN down projection, a K-quant tensor of its q4_k_m file
+      // (K-quants need 256 | cols, so they skip the 640-column shapes).
+      for (const Shape& s : {kShapes[1], kShapes[3], Shape{"4096x640", 4096, 640}, kShapes[4],
+                             Shape{"640x2048", 640, 2048}}) {
+        if (s.cols % traits(t).block_size != 0) continue;
+        if (s.rows == 640 && traits(t).block_size != 256) continue;
         for (int n_tok : {16, 128, 512}) {
           if (s.rows == kShapes[4].rows && (n_tok != 16 || (t != DType::Q8_0 && t != DType::Q5_0))) continue;
           for (int threads : {1, 2}) {

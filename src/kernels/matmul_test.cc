@@ -247,6 +247,41 @@ TEST(Matmul, EveryTileShapeEqualsVecDot) {
   }
 }
 
+// The K-quant types likewise on their interleaved activations (Act::ktiles): every token
+// count up to a few groups (full tiles, every remainder, panels unpacked once for many
+// tiles), a second call starting at a later group, and one starting inside a group (the
+// per-token pointer tiles).
+TEST(Matmul, EveryKQuantTileShapeEqualsVecDot) {
+  Rng rng(17);
+  constexpr int kG = Act::kKTileTokens;
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t n_tok = 1; n_tok <= 4 * kG + 3; ++n_tok) {
+      Problem p(rng, t, n_tok % 2 ? 19 : 32, cols_for(t, n_tok % 3 == 0 ? 1 : 2), n_tok);
+      ActBuffer ab;
+      const Act& act = ab.prepare(t, p.x.data(), p.n_cols, p.n_cols, int(n_tok), nullptr);
+      if (best_isa() == Isa::kAvx512) {
+        ASSERT_EQ(act.ktiles != nullptr, n_tok > 1) << p.label();
+      }
+      const int64_t rb = row_bytes(t, p.n_cols);
+      std::vector<uint8_t> panel(size_t(panel_bytes(t, p.n_cols)));
+      for (Isa isa : isas_here()) {
+        for (int first : {0, kG, 3}) {
+          if (first >= n_tok) continue;
+          std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
+          if (first > 0) std::copy(p.want.begin(), p.want.begin() + first * p.n_rows, y.begin());
+          for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
+            const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
+            pack_panel(t, p.w.data() + r0 * rb, rb, rows, p.n_cols, panel.data());
+            traits_for(t, isa).gemm(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0,
+                                    p.n_rows);
+          }
+          expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa) + " from " + std::to_string(first));
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, DequantizeRowsMatchesReference) {
   Rng rng(13);
   for (DType t : kWeightTypes) {
