@@ -1,6 +1,7 @@
 #include "llama_family.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -287,11 +288,16 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
         }
         i = e;
       }
+      // Threads claim units one at a time: units differ in length (sequences of different
+      // lengths), and a thread that loses its core for a while (other processes) does not
+      // hold back the others.
       const int64_t n_units = int64_t(ws.units.size());
-      engine::run_sized(pool, kv_bytes, [&](int ith, int nth_run) {
+      std::atomic<int64_t> next_unit{0};
+      engine::run_sized(pool, kv_bytes, [&](int ith, int) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
         engine::ops::AttnQuery qs[engine::ops::kMaxSeqQueries];
-        for (int64_t u = ith; u < n_units; u += nth_run) {
+        for (int64_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < n_units;
+             u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
           const LlamaWorkspace::Unit& un = ws.units[size_t(u)];
           int n_q = 0;
           for (int64_t g = un.kv_head_begin; g < un.kv_head_end; ++g)
