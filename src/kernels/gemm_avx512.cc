@@ -308,23 +308,25 @@ void tile32x(const uint8_t* panel, const uint8_t* pre, int64_t nb, const uint8_t
   for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
 }
 
-// Tokens [t0, t0 + nt) in tiles of Act::kTileTokens, then one tile of the remainder
-// (t0 is the first token of a group). pre: the unpacked panel, or null; first: no tile of
-// this panel has run yet.
-template <DType W, int T = Act::kTileTokens>
-void gemm32x(const uint8_t* panel, const uint8_t* pre, int64_t nb, const Act& act, int t0, int nt, float* y,
-             int64_t ys, int n_rows, bool first = true) {
+// Tokens [t0, t0 + nt) of one panel in tiles of T tokens, then one tile of the remainder,
+// from activation records `recs` (groups of G tokens, `rec` bytes per group and block, nb
+// blocks; t0 is the first token of a group). tile.operator()<T, kPre, kPf>(x, t) runs one
+// tile of T tokens from token t with records x. pre: the unpacked panel, or null; first:
+// no tile of this panel has run yet (the first one prefetches the next panel).
+template <int T, int G, typename Tile>
+void run_tiles(const Tile& tile, const uint8_t* recs, int64_t nb, int64_t rec, const uint8_t* pre, int t0, int nt,
+               bool first = true) {
   if constexpr (T > 0) {
     for (; nt >= T; t0 += T, nt -= T, first = false) {
-      const uint8_t* x = act.tiles + int64_t(t0 / Act::kTileTokens) * nb * Act::kTileBlockBytes;
+      const uint8_t* x = recs + int64_t(t0 / G) * nb * rec;
       if (pre)
-        tile32x<W, T, true, false>(panel, pre, nb, x, t0, y, ys, n_rows);
+        tile.template operator()<T, true, false>(x, t0);
       else if (first)
-        tile32x<W, T, false, true>(panel, pre, nb, x, t0, y, ys, n_rows);
+        tile.template operator()<T, false, true>(x, t0);
       else
-        tile32x<W, T, false, false>(panel, pre, nb, x, t0, y, ys, n_rows);
+        tile.template operator()<T, false, false>(x, t0);
     }
-    if (nt > 0) gemm32x<W, T - 1>(panel, pre, nb, act, t0, nt, y, ys, n_rows, first);
+    if (nt > 0) run_tiles<T - 1, G>(tile, recs, nb, rec, pre, t0, nt, first);
   }
 }
 
@@ -662,23 +664,6 @@ TS_INLINE void tile_kq(const uint8_t* panel, const uint8_t* pre, int64_t nsb, co
     tile_kxx<W, T, kPre, kPf>(panel, pre, nsb, x, t0, y, ys, n_rows);
 }
 
-// As gemm32x, on Act::ktiles.
-template <DType W, int T = Act::kKTileTokens>
-void gemm_kx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const Act& act, int t0, int nt, float* y,
-             int64_t ys, int n_rows, bool first = true) {
-  if constexpr (T > 0) {
-    for (; nt >= T; t0 += T, nt -= T, first = false) {
-      const uint8_t* x = act.ktiles + int64_t(t0 / Act::kKTileTokens) * nsb * Act::kKTileBlockBytes;
-      if (pre)
-        tile_kq<W, T, true, false>(panel, pre, nsb, x, t0, y, ys, n_rows);
-      else if (first)
-        tile_kq<W, T, false, true>(panel, pre, nsb, x, t0, y, ys, n_rows);
-      else
-        tile_kq<W, T, false, false>(panel, pre, nsb, x, t0, y, ys, n_rows);
-    }
-    if (nt > 0) gemm_kx<W, T - 1>(panel, pre, nsb, act, t0, nt, y, ys, n_rows, first);
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // Drivers: tiles of kT tokens, then one tile of the remainder.
@@ -720,7 +705,11 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
         pre = pre_buffer(nb * kPreKBytes);
         unpack_panel_k<W>(panel, nb, pre);
       }
-      return gemm_kx<W>(panel, pre, nb, act, t0, nt, y, ys, n_rows);
+      const auto kq = [&]<int T, bool kPre, bool kPf>(const uint8_t* x, int t) {
+        tile_kq<W, T, kPre, kPf>(panel, pre, nb, x, t, y, ys, n_rows);
+      };
+      return run_tiles<Act::kKTileTokens, Act::kKTileTokens>(kq, act.ktiles, nb, Act::kKTileBlockBytes, pre, t0,
+                                                             nt);
     }
   } else {
     if (act.tiles && t0 % Act::kTileTokens == 0) {
@@ -731,7 +720,10 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
         pre = pre_buffer(nb * kPreBytes);
         unpack_panel<W>(panel, nb, pre);
       }
-      return gemm32x<W>(panel, pre, nb, act, t0, nt, y, ys, n_rows);
+      const auto q32 = [&]<int T, bool kPre, bool kPf>(const uint8_t* x, int t) {
+        tile32x<W, T, kPre, kPf>(panel, pre, nb, x, t, y, ys, n_rows);
+      };
+      return run_tiles<Act::kTileTokens, Act::kTileTokens>(q32, act.tiles, nb, Act::kTileBlockBytes, pre, t0, nt);
     }
   }
   int t = t0;
