@@ -212,6 +212,26 @@ TEST(Matmul, EveryIsaPanelKernelEqualsVecDot) {
   }
 }
 
+// Every path's gemm of all of p's panels for tokens [first, n_tok) of act, for each first
+// (the tokens before it are taken from p.want), against p.want.
+void expect_gemm_from(const Problem& p, DType t, const Act& act, std::initializer_list<int> firsts) {
+  const int64_t rb = row_bytes(t, p.n_cols), n_tok = act.n_tok;
+  std::vector<uint8_t> panel(size_t(panel_bytes(t, p.n_cols)));
+  for (Isa isa : isas_here()) {
+    for (int first : firsts) {
+      if (first >= n_tok) continue;
+      std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
+      if (first > 0) std::copy(p.want.begin(), p.want.begin() + first * p.n_rows, y.begin());
+      for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
+        const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
+        pack_panel(t, p.w.data() + r0 * rb, rb, rows, p.n_cols, panel.data());
+        traits_for(t, isa).gemm(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0, p.n_rows);
+      }
+      expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa) + " from " + std::to_string(first));
+    }
+  }
+}
+
 // The 32-element block types with every token count up to a few tiles of the interleaved
 // activations (Act::tiles): full tiles, every remainder, panels unpacked once for many
 // tiles, and a second call starting at a later group.
@@ -226,23 +246,8 @@ TEST(Matmul, EveryTileShapeEqualsVecDot) {
       if (best_isa() == Isa::kAvx512) {
         ASSERT_EQ(act.tiles != nullptr, n_tok > 1) << p.label();
       }
-      const int64_t rb = row_bytes(t, p.n_cols);
-      std::vector<uint8_t> panel(size_t(panel_bytes(t, p.n_cols)));
-      for (Isa isa : isas_here()) {
-        // All tokens at once, then again from the second group on.
-        for (int first : {0, kG}) {
-          if (first >= n_tok) break;
-          std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
-          if (first > 0) std::copy(p.want.begin(), p.want.begin() + first * p.n_rows, y.begin());
-          for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
-            const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
-            pack_panel(t, p.w.data() + r0 * rb, rb, rows, p.n_cols, panel.data());
-            traits_for(t, isa).gemm(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0,
-                                    p.n_rows);
-          }
-          expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa) + " from " + std::to_string(first));
-        }
-      }
+      // All tokens at once, then again from the second group on.
+      expect_gemm_from(p, t, act, {0, kG});
     }
   }
 }
@@ -262,22 +267,7 @@ TEST(Matmul, EveryKQuantTileShapeEqualsVecDot) {
       if (best_isa() == Isa::kAvx512) {
         ASSERT_EQ(act.ktiles != nullptr, n_tok > 1) << p.label();
       }
-      const int64_t rb = row_bytes(t, p.n_cols);
-      std::vector<uint8_t> panel(size_t(panel_bytes(t, p.n_cols)));
-      for (Isa isa : isas_here()) {
-        for (int first : {0, kG, 3}) {
-          if (first >= n_tok) continue;
-          std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
-          if (first > 0) std::copy(p.want.begin(), p.want.begin() + first * p.n_rows, y.begin());
-          for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
-            const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
-            pack_panel(t, p.w.data() + r0 * rb, rb, rows, p.n_cols, panel.data());
-            traits_for(t, isa).gemm(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0,
-                                    p.n_rows);
-          }
-          expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa) + " from " + std::to_string(first));
-        }
-      }
+      expect_gemm_from(p, t, act, {0, kG, 3});
     }
   }
 }
