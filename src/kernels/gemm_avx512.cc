@@ -290,22 +290,36 @@ TS_INLINE void block32x(const uint8_t* g, const uint8_t* pre, const uint8_t* x, 
 // The levels are unpacked a pair (lo[h], hi[h]) at a time, so only two are live, which
 // leaves registers for 10 tokens. kPre: the levels come unpacked from `pre` (unpack_panel);
 // kPf: prefetch the next panel (the panel's first tile).
+// The loop every interleaved tile shares: one float accumulator per token over the
+// panel's groups of kG bytes, with the activation records (kRec bytes per group) and the
+// unpacked levels (kPreStep bytes per group, 0 without them) advancing in step, and the
+// next panel prefetched first when kPf. group(g, pre, x, acc) adds one group; then the
+// rows are stored.
+template <int T, int kG, int kRec, int kPreStep, bool kPf, typename Group>
+TS_INLINE void tile_loop(const uint8_t* panel, const uint8_t* pre, int64_t nb, const uint8_t* x, int t0, float* y,
+                         int64_t ys, int n_rows, const Group& group) {
+  __m512 acc[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const uint8_t* const end = panel + nb * kG;
+  for (const uint8_t* g = panel; g != end; g += kG, x += kRec, pre += kPreStep) {
+    if constexpr (kPf) prefetch_next<kG>(g + nb * kG);
+    group(g, pre, x, acc);
+  }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+}
+
 template <DType W, int T, bool kPre, bool kPf>
 void tile32x(const uint8_t* panel, const uint8_t* pre, int64_t nb, const uint8_t* x, int t0, float* y, int64_t ys,
              int n_rows) {
   static_assert(T <= Act::kTileTokens);
   constexpr int kG = group_bytes32<W>();
-  __m512 acc[T];
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const uint8_t* const end = panel + nb * kG;
-  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kTileBlockBytes, pre += kPre ? kPreBytes : 0) {
-    if constexpr (kPf) prefetch_next<kG>(g + nb * kG);
-    const __m512 dw = load_half16(g + d_offset32<W>());
-    block32x<W, T, kPre>(g, pre, x, dw, acc);
-  }
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+  tile_loop<T, kG, Act::kTileBlockBytes, kPre ? kPreBytes : 0, kPf>(
+      panel, pre, nb, x, t0, y, ys, n_rows,
+      [](const uint8_t* g, const uint8_t* p, const uint8_t* xr, __m512* acc) __attribute__((always_inline)) {
+        block32x<W, T, kPre>(g, p, xr, load_half16(g + d_offset32<W>()), acc);
+      });
 }
 
 // Tokens [t0, t0 + nt) of one panel in tiles of T tokens, then one tile of the remainder,
@@ -554,52 +568,47 @@ void tile_kxx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const uint8
   constexpr int kG = group_bytes_k<W>();
   constexpr int kSc = pq4_k::kSc, kMn = pq4_k::kMn, kD = pq4_k::kD, kDmin = pq4_k::kDmin;
   static_assert(kSc == pq5_k::kSc && kMn == pq5_k::kMn && kD == pq5_k::kD && kDmin == pq5_k::kDmin);
-  __m512 acc[T];
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const uint8_t* const end = panel + nsb * kG;
-  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kKTileBlockBytes, pre += kPre ? kPreKBytes : 0) {
-    if constexpr (kPf) prefetch_next<kG>(g + nsb * kG);
-    __m512i isum[T];
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c) {
-      TS_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        __m512i s[T];
+  tile_loop<T, kG, Act::kKTileBlockBytes, kPre ? kPreKBytes : 0, kPf>(
+      panel, pre, nsb, x, t0, y, ys, n_rows,
+      [](const uint8_t* g, const uint8_t* pre, const uint8_t* x, __m512* acc) __attribute__((always_inline)) {
+        __m512i isum[T];
         TS_UNROLL
-        for (int t = 0; t < T; ++t) s[t] = _mm512_setzero_si512();
-        TS_UNROLL
-        for (int h = 0; h < 8; ++h) {
-          const __m512i l = kPre ? load512(pre + 64 * (16 * c + 8 * half + h)) : k45_level<W>(g, c, half, h);
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
           TS_UNROLL
-          for (int t = 0; t < T; ++t) s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + 64 * c + 32 * half + 4 * h));
+          for (int half = 0; half < 2; ++half) {
+            __m512i s[T];
+            TS_UNROLL
+            for (int t = 0; t < T; ++t) s[t] = _mm512_setzero_si512();
+            TS_UNROLL
+            for (int h = 0; h < 8; ++h) {
+              const __m512i l = kPre ? load512(pre + 64 * (16 * c + 8 * half + h)) : k45_level<W>(g, c, half, h);
+              TS_UNROLL
+              for (int t = 0; t < T; ++t) s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + 64 * c + 32 * half + 4 * h));
+            }
+            const __m512i sc =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * (2 * c + half))));
+            TS_UNROLL
+            for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
+          }
         }
-        const __m512i sc =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * (2 * c + half))));
+        const __m512 d = load_half16(g + kD), dmin = load_half16(g + kDmin);
         TS_UNROLL
-        for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
-      }
-    }
-    const __m512 d = load_half16(g + kD), dmin = load_half16(g + kDmin);
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) {
-      __m512i imin = _mm512_setzero_si512();
-      TS_UNROLL
-      for (int p = 0; p < 4; ++p) {
-        const __m512i mn =
-            _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kMn + 32 * p)));
-        imin = _mm512_dpwssd_epi32(imin, mn, bcast32(x + Act::kKTileXs + 16 * t + 4 * p));
-      }
-      float dxs;
-      std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
-      const __m512 dx = _mm512_set1_ps(dxs);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
-      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[t]);
-    }
-  }
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+        for (int t = 0; t < T; ++t) {
+          __m512i imin = _mm512_setzero_si512();
+          TS_UNROLL
+          for (int p = 0; p < 4; ++p) {
+            const __m512i mn =
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kMn + 32 * p)));
+            imin = _mm512_dpwssd_epi32(imin, mn, bcast32(x + Act::kKTileXs + 16 * t + 4 * p));
+          }
+          float dxs;
+          std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
+          const __m512 dx = _mm512_set1_ps(dxs);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[t]);
+        }
+      });
 }
 
 // Q6_K.
@@ -608,51 +617,46 @@ void tile_q6_kx(const uint8_t* panel, const uint8_t* pre, int64_t nsb, const uin
                 int n_rows) {
   static_assert(T <= Act::kKTileTokens);
   constexpr int kG = pq6_k::kBytes;
-  __m512 acc[T];
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const uint8_t* const end = panel + nsb * kG;
-  for (const uint8_t* g = panel; g != end; g += kG, x += Act::kKTileBlockBytes, pre += kPre ? kPreKBytes : 0) {
-    if constexpr (kPf) prefetch_next<kG>(g + nsb * kG);
-    __m512i isum[T];
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) {  // chunk (n, q) = (k / 2, k % 2)
-      const int col0 = 128 * (k / 2) + 32 * (k % 2);
-      TS_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
+  tile_loop<T, kG, Act::kKTileBlockBytes, kPre ? kPreKBytes : 0, kPf>(
+      panel, pre, nsb, x, t0, y, ys, n_rows,
+      [](const uint8_t* g, const uint8_t* pre, const uint8_t* x, __m512* acc) __attribute__((always_inline)) {
+        __m512i isum[T];
         TS_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          // Sub-block j: 16 columns at col0 + 16 hh + 64 half.
-          const int j = 8 * (k / 2) + 2 * (k % 2) + hh + 4 * half;
-          __m512i s[T];
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) {  // chunk (n, q) = (k / 2, k % 2)
+          const int col0 = 128 * (k / 2) + 32 * (k % 2);
           TS_UNROLL
-          for (int t = 0; t < T; ++t) s[t] = bcast32(x + Act::kKTileCorr + 64 * t + 4 * j);
-          TS_UNROLL
-          for (int hl = 0; hl < 4; ++hl) {
-            const __m512i l = kPre ? load512(pre + 64 * (16 * k + 8 * hh + 4 * half + hl))
-                                   : q6_level(g, 8 * k + 4 * hh + hl, half);
+          for (int hh = 0; hh < 2; ++hh) {
             TS_UNROLL
-            for (int t = 0; t < T; ++t)
-              s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + col0 + 16 * hh + 64 * half + 4 * hl));
+            for (int half = 0; half < 2; ++half) {
+              // Sub-block j: 16 columns at col0 + 16 hh + 64 half.
+              const int j = 8 * (k / 2) + 2 * (k % 2) + hh + 4 * half;
+              __m512i s[T];
+              TS_UNROLL
+              for (int t = 0; t < T; ++t) s[t] = bcast32(x + Act::kKTileCorr + 64 * t + 4 * j);
+              TS_UNROLL
+              for (int hl = 0; hl < 4; ++hl) {
+                const __m512i l = kPre ? load512(pre + 64 * (16 * k + 8 * hh + 4 * half + hl))
+                                       : q6_level(g, 8 * k + 4 * hh + hl, half);
+                TS_UNROLL
+                for (int t = 0; t < T; ++t)
+                  s[t] = dpbusd(s[t], l, bcast32(x + 256 * t + col0 + 16 * hh + 64 * half + 4 * hl));
+              }
+              const __m512i sc =
+                  _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j)));
+              TS_UNROLL
+              for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
+            }
           }
-          const __m512i sc =
-              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j)));
-          TS_UNROLL
-          for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], sc));
         }
-      }
-    }
-    const __m512 d = load_half16(g + pq6_k::kD);
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) {
-      float dxs;
-      std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(dxs)), acc[t]);
-    }
-  }
-  TS_UNROLL
-  for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
+        const __m512 d = load_half16(g + pq6_k::kD);
+        TS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          float dxs;
+          std::memcpy(&dxs, x + Act::kKTileD + 4 * t, 4);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(dxs)), acc[t]);
+        }
+      });
 }
 
 template <DType W, int T, bool kPre, bool kPf>
