@@ -198,21 +198,20 @@ bool ping(int fd) {
   return r.rfind("HTTP/1.1 200", 0) == 0 && r.find("\r\n\r\nok") != std::string::npos;
 }
 
+// A handler that answers every request 200 "ok" (text/plain).
+void answer_ok(const HttpRequest&, std::shared_ptr<Responder> out) {
+  HttpResponse r;
+  r.content_type = "text/plain";
+  r.body = "ok";
+  out->respond(std::move(r));
+}
+
 TEST_F(HttpServerTest, ConnectionLimitAnswers503AndFreesSlotsOnClose) {
   HttpServerOptions o;
   o.max_connections = 2;
-  start([](const HttpRequest&, std::shared_ptr<Responder> out) {
-    HttpResponse r;
-    r.content_type = "text/plain";
-    r.body = "ok";
-    out->respond(std::move(r));
-  }, o);
+  start(answer_ok, o);
   // An admin-style listener is neither limited nor counted.
-  auto admin = srv->listen("127.0.0.1", 0, [](const HttpRequest&, std::shared_ptr<Responder> out) {
-    HttpResponse r;
-    r.body = "ok";
-    out->respond(std::move(r));
-  }, /*limit_connections=*/false);
+  auto admin = srv->listen("127.0.0.1", 0, answer_ok, /*limit_connections=*/false);
   ASSERT_TRUE(admin.is_ok());
   EXPECT_EQ(srv->connection_stats().max, 2);
 
@@ -270,11 +269,7 @@ TEST_F(HttpServerTest, ConnectionLimitAnswers503AndFreesSlotsOnClose) {
 TEST_F(HttpServerTest, ZeroMaxConnectionsIsUnlimited) {
   HttpServerOptions o;
   o.max_connections = 0;
-  start([](const HttpRequest&, std::shared_ptr<Responder> out) {
-    HttpResponse r;
-    r.body = "ok";
-    out->respond(std::move(r));
-  }, o);
+  start(answer_ok, o);
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
     fds.push_back(connect_to(port));
