@@ -28,6 +28,28 @@ TEST(RmsNorm, MatchesFormula) {
   EXPECT_NEAR(x[1], -2.0 / std::sqrt(ms + 1e-5), 1e-6);
 }
 
+// rms_norm_rows is rms_norm of every row, bit for bit: row counts around its group of 8,
+// padded strides, with and without a weight, in place and into another buffer.
+TEST(RmsNorm, RowsEqualOneRowAtATime) {
+  Rng rng(3);
+  const int64_t n = 67, stride = 80;
+  for (int64_t rows : {1, 7, 8, 9, 17, 24}) {
+    std::vector<float> x(size_t(rows * stride)), w(static_cast<size_t>(n));
+    for (auto& v : x) v = float(rng.uniform() * 8.0 - 4.0);
+    for (auto& v : w) v = float(rng.uniform() * 2.0);
+    for (const float* wp : {static_cast<const float*>(w.data()), static_cast<const float*>(nullptr)}) {
+      std::vector<float> want(x.size(), 0.0f), got(size_t(rows * n), 0.0f), inplace = x;
+      for (int64_t r = 0; r < rows; ++r) ops::rms_norm(x.data() + r * stride, wp, want.data() + r * stride, n, 1e-6f);
+      ops::rms_norm_rows(x.data(), stride, wp, got.data(), n, rows, n, 1e-6f);
+      ops::rms_norm_rows(inplace.data(), stride, wp, inplace.data(), stride, rows, n, 1e-6f);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(0, std::memcmp(got.data() + r * n, want.data() + r * stride, size_t(n) * 4)) << rows << " " << r;
+        ASSERT_EQ(0, std::memcmp(inplace.data() + r * stride, want.data() + r * stride, size_t(n) * 4)) << rows << " " << r;
+      }
+    }
+  }
+}
+
 // Direct formula: pair i rotates by pos * base^(-2i/n_rot) * freq_scale / factor_i.
 void rope_direct(const RopeConfig& c, int pos, std::vector<double>& x) {
   const int half = c.n_rot / 2;
