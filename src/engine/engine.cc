@@ -245,7 +245,7 @@ bool Engine::reserve(Seq& s, int64_t n_new, int32_t* n_copies) {
   if (partial) {
     int32_t& b = s.blocks[size_t(p0 / bs)];
     if (shared) {  // copy-on-write: the other holders keep the original
-      const int32_t nb = pool_->allocate();
+      const int32_t nb = pool_->allocate(p0 / bs > 0 ? s.blocks[size_t(p0 / bs - 1)] : -1);
       TS_CHECK(nb >= 0);
       kv_->copy_block(b, nb);
       pool_->release(b);
@@ -256,7 +256,7 @@ bool Engine::reserve(Seq& s, int64_t n_new, int32_t* n_copies) {
     }
   }
   for (; need > 0; --need) {
-    const int32_t nb = pool_->allocate();
+    const int32_t nb = pool_->allocate(s.blocks.empty() ? -1 : s.blocks.back());
     TS_CHECK(nb >= 0);
     s.blocks.push_back(nb);
   }

@@ -24,9 +24,56 @@ uint64_t prefix_block_hash(uint64_t parent, std::span<const int32_t> tokens) {
   return h == 0 ? 1 : h;
 }
 
+BlockPool::FreeRuns::FreeRuns(int32_t n) : leaves_(1), count_(n) {
+  while (leaves_ < n) leaves_ *= 2;
+  const size_t sz = size_t(2) * size_t(leaves_);
+  pre_.assign(sz, 0);
+  suf_.assign(sz, 0);
+  best_.assign(sz, 0);
+  start_.assign(sz, 0);
+  for (int32_t b = 0; b < leaves_; ++b) {
+    const size_t i = size_t(leaves_ + b);
+    const int32_t f = b < n ? 1 : 0;  // leaves past the pool are never free
+    pre_[i] = suf_[i] = best_[i] = f;
+    start_[i] = b;
+  }
+  int32_t len = 2;
+  for (size_t lo = size_t(leaves_) / 2; lo >= 1; lo /= 2, len *= 2)
+    for (size_t i = lo; i < 2 * lo; ++i) pull(i, len);
+}
+
+void BlockPool::FreeRuns::pull(size_t i, int32_t len) {
+  const size_t l = 2 * i, r = 2 * i + 1;
+  const int32_t half = len / 2;
+  const int32_t mid = int32_t(r * size_t(half) - size_t(leaves_));  // the right half's first block
+  pre_[i] = pre_[l] == half ? half + pre_[r] : pre_[l];
+  suf_[i] = suf_[r] == half ? half + suf_[l] : suf_[r];
+  // The leftmost of equally long runs: in the left half, across the middle, in the right.
+  best_[i] = best_[l];
+  start_[i] = start_[l];
+  if (suf_[l] + pre_[r] > best_[i]) {
+    best_[i] = suf_[l] + pre_[r];
+    start_[i] = mid - suf_[l];
+  }
+  if (best_[r] > best_[i]) {
+    best_[i] = best_[r];
+    start_[i] = start_[r];
+  }
+}
+
+void BlockPool::FreeRuns::set(int32_t b, bool is_free) {
+  size_t i = size_t(leaves_ + b);
+  if ((pre_[i] != 0) == is_free) return;
+  count_ += is_free ? 1 : -1;
+  pre_[i] = suf_[i] = best_[i] = is_free ? 1 : 0;
+  int32_t len = 2;
+  for (i /= 2; i >= 1; i /= 2, len *= 2) pull(i, len);
+}
+
 BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
     : block_size_(block_size),
       ref_(size_t(n_blocks), 0),
+      free_(n_blocks),
       hash_(size_t(n_blocks), 0),
       parent_(size_t(n_blocks), 0),
       registered_(size_t(n_blocks), 0),
@@ -34,9 +81,6 @@ BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
       prev_(size_t(n_blocks), -1),
       next_(size_t(n_blocks), -1) {
   TS_CHECK(n_blocks > 0 && block_size > 0);
-  free_.reserve(size_t(n_blocks));
-  // Low ids on top of the stack: a lightly used cache touches few pages.
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
 void BlockPool::lru_push_back(int32_t b) {
@@ -58,11 +102,12 @@ void BlockPool::lru_remove(int32_t b) {
   --n_cached_;
 }
 
-int32_t BlockPool::allocate() {
+int32_t BlockPool::allocate(int32_t after) {
   int32_t b = -1;
-  if (!free_.empty()) {
-    b = free_.back();
-    free_.pop_back();
+  if (free_.count() > 0) {
+    if (after >= 0 && after + 1 < n_blocks() && free_.free(after + 1)) b = after + 1;
+    else b = free_.longest_start() + free_.longest_len() / 2;
+    free_.set(b, false);
   } else if (lru_head_ >= 0) {
     b = lru_head_;
     lru_remove(b);
@@ -83,7 +128,7 @@ void BlockPool::release(int32_t b) {
   TS_CHECK(b >= 0 && b < n_blocks() && ref_[size_t(b)] > 0);
   if (--ref_[size_t(b)] > 0) return;
   if (registered_[size_t(b)]) lru_push_back(b);
-  else free_.push_back(b);
+  else free_.set(b, true);
 }
 
 int32_t BlockPool::find(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const {
@@ -125,7 +170,7 @@ void BlockPool::unregister(int32_t b) {
   drop_registration(b);
   if (ref_[size_t(b)] == 0) {  // a cached block: nothing references it any more
     lru_remove(b);
-    free_.push_back(b);
+    free_.set(b, true);
   }
 }
 
@@ -147,9 +192,19 @@ void BlockPool::clear_cache() {
 bool BlockPool::check_consistency() const {
   int64_t n_used = 0, n_reg = 0;
   std::vector<uint8_t> seen(ref_.size(), 0);
-  for (int32_t b : free_) {
-    if (b < 0 || b >= n_blocks() || seen[size_t(b)] || ref_[size_t(b)] != 0 || registered_[size_t(b)]) return false;
+  int32_t n_free = 0, run = 0, longest = 0;
+  for (int32_t b = 0; b < n_blocks(); ++b) {
+    run = free_.free(b) ? run + 1 : 0;
+    longest = std::max(longest, run);
+    if (!free_.free(b)) continue;
+    if (ref_[size_t(b)] != 0 || registered_[size_t(b)]) return false;
     seen[size_t(b)] = 1;
+    ++n_free;
+  }
+  if (n_free != free_.count() || longest != free_.longest_len()) return false;
+  if (longest > 0) {
+    for (int32_t b = free_.longest_start(); b < free_.longest_start() + longest; ++b)
+      if (b >= n_blocks() || !free_.free(b)) return false;
   }
   int32_t n_lru = 0, prev = -1;
   for (int32_t b = lru_head_; b >= 0; b = next_[size_t(b)]) {
@@ -169,7 +224,7 @@ bool BlockPool::check_consistency() const {
     }
     if (registered_[size_t(b)]) ++n_reg;
   }
-  return n_used == n_blocks() - int64_t(free_.size()) - n_cached_ && n_reg == int64_t(table_.size());
+  return n_used == n_blocks() - int64_t(free_.count()) - n_cached_ && n_reg == int64_t(table_.size());
 }
 
 }  // namespace ts::kv

@@ -87,6 +87,44 @@ TEST(BlockPool, DuplicateContentIsNotRegisteredTwice) {
   EXPECT_TRUE(p.check_consistency());
 }
 
+// Placement: a sequence's next block follows its last one while that is free; a new
+// sequence starts in the middle of the longest free run, so sequences that grow in turns
+// (a batch decoding) each keep one contiguous run of blocks.
+TEST(BlockPool, SequencesGrowingInTurnsStayContiguous) {
+  BlockPool p(64, 16);
+  const int32_t a0 = p.allocate();
+  EXPECT_EQ(a0, 32);  // the middle of [0, 64)
+  const int32_t b0 = p.allocate();
+  EXPECT_EQ(b0, 16);  // the middle of [0, 32), the leftmost longest run
+  const int32_t c0 = p.allocate();
+  EXPECT_EQ(c0, 48);  // the middle of [33, 64)
+  std::vector<std::vector<int32_t>> seqs{{a0}, {b0}, {c0}};
+  for (int step = 0; step < 15; ++step)
+    for (auto& s : seqs) s.push_back(p.allocate(s.back()));
+  for (const auto& s : seqs)
+    for (size_t i = 1; i < s.size(); ++i) EXPECT_EQ(s[i], s[i - 1] + 1) << "block " << i;
+  // c reached the end of the pool: its next block starts over in the longest free run.
+  EXPECT_EQ(seqs[2].back(), 63);
+  const int32_t c_next = p.allocate(63);
+  EXPECT_EQ(c_next, 8);  // the middle of [0, 16)
+  EXPECT_TRUE(p.check_consistency());
+}
+
+TEST(BlockPool, FreedBlocksRejoinTheirRun) {
+  BlockPool p(10, 4);
+  std::vector<int32_t> all;
+  for (int i = 0; i < 10; ++i) all.push_back(p.allocate(all.empty() ? -1 : all.back()));
+  EXPECT_EQ(all, (std::vector<int32_t>{5, 6, 7, 8, 9, 2, 3, 4, 1, 0}));  // halving the free runs
+  EXPECT_EQ(p.allocate(), -1);
+  // Free 2..6 out of order: one run of 5, which the next new sequence starts in the middle of.
+  for (int32_t b : {4, 2, 6, 3, 5}) p.release(b);
+  EXPECT_TRUE(p.check_consistency());
+  EXPECT_EQ(p.allocate(), 4);
+  EXPECT_EQ(p.allocate(4), 5);
+  EXPECT_EQ(p.allocate(9), 3);  // past the pool's end: the middle of the longest free run, [2, 4)
+  EXPECT_TRUE(p.check_consistency());
+}
+
 // Random allocate / retain / release / register / acquire / unregister; holders are lists
 // of references. At the end every holder releases: the pool must be all free or cached.
 TEST(BlockPool, RandomOperationsNeverLeak) {
@@ -98,7 +136,9 @@ TEST(BlockPool, RandomOperationsNeverLeak) {
     for (int op = 0; op < 4000; ++op) {
       const uint64_t k = rng.next_u64() % 6;
       if (k == 0) {
-        const int32_t b = p.allocate();
+        // Half the time after a held block (a sequence growing), as the engine asks.
+        const int32_t after = !held.empty() && rng.next_u64() % 2 ? held[rng.next_u64() % held.size()] : -1;
+        const int32_t b = p.allocate(after);
         if (b >= 0) {
           held.push_back(b);
         } else {
@@ -122,7 +162,7 @@ TEST(BlockPool, RandomOperationsNeverLeak) {
         p.unregister(held[rng.next_u64() % held.size()]);
       }
       ASSERT_EQ(p.n_free() + p.n_cached() + p.n_used(), p.n_blocks());
-      if (op % 97 == 0) {
+      if (op % 97 == 0 || p.n_blocks() - p.n_used() < 3) {
         ASSERT_TRUE(p.check_consistency()) << "seed " << seed << " op " << op;
       }
     }
