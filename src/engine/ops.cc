@@ -242,6 +242,10 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
 }
 
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  if (use_avx512()) {
+    detail::swiglu_avx512(g, u, y, n);
+    return;
+  }
   if (use_avx2()) {
     detail::swiglu_avx2(g, u, y, n);
     return;

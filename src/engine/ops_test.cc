@@ -12,7 +12,9 @@
 
 #include "core/fp16.h"
 #include "core/rng.h"
+#include "core/cpu_features.h"
 #include "engine/perf.h"
+#include "ops_internal.h"
 
 namespace ts::engine {
 namespace {
@@ -282,6 +284,23 @@ TEST(Activations, SwigluSimdWithinUlpsOfScalar) {
   RecordProperty("max_ulp", worst);
   RecordProperty("differ", int(differ));
   RecordProperty("n", int(g.size()));
+}
+
+// The AVX-512 SwiGLU is the AVX2 one 16 lanes wide: the same bits for every input, and
+// lengths that leave a tail of every size (handed to the AVX2 path).
+TEST(Activations, SwigluAvx512EqualsAvx2) {
+  if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> g, u;
+  for (float x = -100.0f; x <= 100.0f; x += 0.0113f) g.push_back(x);
+  for (float x : {0.0f, -0.0f, 87.0f, -87.0f, -87.1f, 88.8f, -88.8f, 1e38f, -1e38f, 1e-38f}) g.push_back(x);
+  Rng rng(11);
+  for (size_t i = 0; i < g.size(); ++i) u.push_back(float(rng.uniform() * 8.0 - 4.0));
+  for (int64_t n : {int64_t(g.size()), int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(31)}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    ops::detail::swiglu_avx2(g.data(), u.data(), a.data(), n);
+    ops::detail::swiglu_avx512(g.data(), u.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * sizeof(float)), 0) << "n=" << n;
+  }
 }
 
 TEST(Perf, LogitsHashIsFnv1a) {
