@@ -9,9 +9,11 @@
 // of a key (one per query) in one transposed reduction tree that adds, per query, the same
 // lane pairs in the same order as the AVX2 path's sum of one vector; then the softmax
 // factors and accumulator updates key by key, query by query, so that the chains of all
-// queries overlap each other and the exp calls (an update is an FMA and an F16 round trip,
-// cvtps2ph + cvtph2ps, exactly where AVX2 stores and reloads halves). K and V rows are
-// converted to float once per chunk for all queries of one kv head.
+// queries overlap each other (an update is an FMA and an F16 round trip, cvtps2ph +
+// cvtph2ps, exactly where AVX2 stores and reloads halves). With many queries of up to 128
+// dimensions the factors are computed 16 queries per register with expf16, which is
+// libm's expf bit for bit (expf_avx512.h); otherwise with libm calls between the updates.
+// K and V rows are converted to float once per chunk for all queries of one kv head.
 //
 // Scalar parts must not be contracted into FMAs (the AVX2 file compiles them the same way).
 #pragma GCC optimize("fp-contract=off")
@@ -25,6 +27,7 @@
 #include <limits>
 
 #include "engine/ops.h"
+#include "expf_avx512.h"
 #include "ops_internal.h"
 
 namespace ts::engine::ops::detail {
@@ -101,15 +104,76 @@ inline __m512 hsum16(T&& t, int n) {
 inline __m512 load_v(const float* p) { return _mm512_load_ps(p); }
 inline __m512 load_v(const uint16_t* p) { return load_h16(p); }
 
-// Softmax factors and accumulator updates of keys [0, c) of a chunk, key by key and query
-// by query (query i takes keys [0, ci[i])), scores st[j * ss + i], value rows vrow(i, j).
+// Softmax factors and accumulator updates of keys [0, c) of a chunk, query i taking keys
+// [0, ci[i]), scores st[j * ss + i], value rows vrow(i, j); per query, the float
+// operations of the AVX2 path in its order.
+// First the factors of every key, 16 queries per register (lanes), key after key: the
+// running max and sum are chains per lane, and exp (expf16: libm's expf, 16 at a time)
+// hangs off them, so the exps of a chunk overlap. Then the accumulator updates, key by
+// key and query by query, so that the chains of all queries overlap each other; the
+// accumulators stay in memory (an update is an FMA and an F16 round trip, cvtps2ph +
+// cvtph2ps, exactly where AVX2 stores and reloads halves).
+template <int D, typename V>
+inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
+                                      float (*acc)[D], V&& vrow) {
+  static_assert(kMaxSeqQueries >= kMaxGroupQueries && kMaxSeqQueries <= 32);
+  constexpr int NV = D / 16;
+  alignas(64) float f_ms[kChunk][kMaxSeqQueries], f_vsc[kChunk][kMaxSeqQueries];
+  uint32_t moved[kChunk] = {};  // bit i: query i's max moved at this key (its accumulator rescales)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int b = 0; b < n_q; b += 16) {
+    const __mmask16 lanes = n_q - b >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n_q - b)) - 1);
+    __m512 mv = _mm512_maskz_loadu_ps(lanes, m + b);
+    __m512 sv = _mm512_maskz_loadu_ps(lanes, s_sum + b);
+    const __m512i cv = _mm512_maskz_loadu_epi32(lanes, ci + b);
+    for (int j = 0; j < c; ++j) {
+      const __mmask16 act = lanes & _mm512_cmpgt_epi32_mask(cv, _mm512_set1_epi32(j));
+      if (act == 0) break;  // no query takes this key, nor any later one
+      const __m512 sj = _mm512_loadu_ps(st + j * ss + b);
+      const __mmask16 mov = act & _mm512_cmp_ps_mask(sj, mv, _CMP_GT_OQ);  // sj > m
+      // moved: ms = exp(m - sj), m = sj; else vsc = exp(sj - m).
+      const __m512 e = expf16(_mm512_mask_blend_ps(mov, _mm512_sub_ps(sj, mv), _mm512_sub_ps(mv, sj)), act);
+      const __m512 ms = _mm512_mask_blend_ps(mov, one, e);
+      const __m512 vsc = _mm512_mask_blend_ps(mov, e, one);
+      mv = _mm512_mask_blend_ps(mov, mv, sj);
+      sv = _mm512_mask_blend_ps(act, sv, _mm512_add_ps(_mm512_mul_ps(sv, ms), vsc));  // s_sum * ms + vsc
+      _mm512_storeu_ps(f_ms[j] + b, ms);
+      _mm512_storeu_ps(f_vsc[j] + b, vsc);
+      moved[j] |= uint32_t(mov) << b;
+    }
+    _mm512_mask_storeu_ps(m + b, lanes, mv);
+    _mm512_mask_storeu_ps(s_sum + b, lanes, sv);
+  }
+  for (int j = 0; j < c; ++j)
+    for (int i = 0; i < n_q; ++i) {
+      if (j >= ci[i]) continue;
+      const auto* v = vrow(i, j);
+      const __m512 vv = _mm512_set1_ps(f_vsc[j][i]);
+      if (moved[j] >> i & 1u) {
+        const __m512 vm = _mm512_set1_ps(f_ms[j][i]);
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r) {
+          const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vm));
+          _mm512_store_ps(acc[i] + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int r = 0; r < NV; ++r)
+          _mm512_store_ps(acc[i] + 16 * r,
+                          round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc[i] + 16 * r))));
+      }
+    }
+}
+
+// softmax_accumulate with libm exp calls between the updates: key by key and query by
+// query.
 // The accumulators stay in memory: between two updates of one query come those of all
 // other queries, so the chains overlap without being held in registers, and the exp calls
 // (which clobber every vector register) cost no spills. The factors of key j + 1 are
 // computed after the update of key j, so that no update waits for its exp call. Per
 // query, the float operations of the AVX2 path in its order.
 template <int D, typename V>
-inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
+inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
                                float (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries);
   constexpr int NV = D / 16;
@@ -152,6 +216,20 @@ inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, in
       }
       if (j + 1 < ci[i]) factors(i, j + 1);
     }
+}
+
+// Softmax factors and accumulator updates of a chunk, the same float operations either
+// way. The vector factors pay for a whole register of exps per key: they win with many
+// queries and short rows (llama 110m: prompt attention 13% and 16-sequence decode
+// attention 15% faster, attn_bench), the libm calls between updates win with few queries
+// or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
+template <int D, typename V>
+inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
+                               float (*acc)[D], V&& vrow) {
+  if (D <= 128 && n_q >= 8)
+    softmax_accumulate_vector<D>(st, ss, c, ci, n_q, m, s_sum, acc, vrow);
+  else
+    softmax_accumulate_scalar<D>(st, ss, c, ci, n_q, m, s_sum, acc, vrow);
 }
 
 // Cells of positions [p, p + n) of a block table, without a division per key.
@@ -329,6 +407,15 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
 }
 
 }  // namespace
+
+void expf_avx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 k = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, k, expf16(_mm512_maskz_loadu_ps(k, x + i), k));
+  }
+}
 
 bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                           float scale) {

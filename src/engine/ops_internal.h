@@ -28,6 +28,8 @@ void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 void swiglu_avx2(const float* g, const float* u, float* y, int64_t n);
 // AVX-512 ops::swiglu (silu_avx512.cc): bit-identical to swiglu_avx2, 16 lanes at a time.
 void swiglu_avx512(const float* g, const float* u, float* y, int64_t n);
+// y = std::exp(x) bit for bit, 16 at a time (expf_avx512.h; for tests).
+void expf_avx512(const float* x, float* y, int64_t n);
 // AVX-512 version of attention_group_avx2 with bit-identical results (attn_avx512.cc), for
 // head sizes 64, 128 and 256 (head_dim_k == head_dim_v); false (nothing done) otherwise.
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/fp16.h"
@@ -301,6 +302,36 @@ TEST(Activations, SwigluAvx512EqualsAvx2) {
     ops::detail::swiglu_avx512(g.data(), u.data(), b.data(), n);
     ASSERT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * sizeof(float)), 0) << "n=" << n;
   }
+}
+
+// The attention's vector exp is libm's expf bit for bit: every 97th float of [-210, 95]
+// (~23 million, subnormal results and overflow included), the specials, and
+// 0x1.a2fe6p-9, where glibc's expf is 0.50027 ulp from e^x (rounded the other way than
+// the exact value) and only the libm call for lanes near a rounding midpoint gives its bits.
+TEST(Activations, VectorExpEqualsLibmExpf) {
+  if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> x;
+  for (uint32_t b = 0; b < 0xffffff00u; b += 97) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (f >= -210.0f && f <= 95.0f) x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 0x1.a2fe6p-9f, -87.33f, -103.97f, -103.98f, 88.72f, 88.73f, 1e30f, -1e30f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::denorm_min()})
+    x.push_back(f);
+  std::vector<float> y(x.size());
+  ops::detail::expf_avx512(x.data(), y.data(), int64_t(x.size()));
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float ref = std::exp(x[i]);
+    if (std::memcmp(&ref, &y[i], 4) != 0 && differ++ < 5)
+      ADD_FAILURE() << std::hexfloat << "exp(" << x[i] << "): " << y[i] << ", libm " << ref;
+  }
+  EXPECT_EQ(differ, 0) << "of " << x.size();
+  const float nan = std::nanf("");
+  ops::detail::expf_avx512(&nan, y.data(), 1);
+  EXPECT_TRUE(std::isnan(y[0]));
 }
 
 TEST(Perf, LogitsHashIsFnv1a) {
