@@ -215,6 +215,8 @@ KvStats Engine::kv_stats() const {
 
 void Engine::clear_prefix_cache() { pool_->clear_cache(); }
 
+void Engine::touch_kv() { kv_->touch(); }
+
 bool Engine::check_consistency() const {
   if (!pool_->check_consistency()) return false;
   std::vector<int32_t> refs(size_t(pool_->n_blocks()), 0);

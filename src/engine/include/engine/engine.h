@@ -118,6 +118,9 @@ class Engine {
   int64_t blocks_needed(SeqId id, int64_t n_new) const;
   // Drops all cached prefixes (tests, memory pressure from outside).
   void clear_prefix_cache();
+  // KvCache::touch: the whole cache's pages faulted in now rather than by the steps that
+  // first write them (benchmarks; llama.cpp clears its KV buffer when it creates it).
+  void touch_kv();
   // Pool invariants plus: the references held by sequences equal every block's count.
   bool check_consistency() const;
 

@@ -46,6 +46,10 @@ class KvCache {
   int64_t n_blocks() const { return n_cells_ / block_size_; }
   int32_t block_size() const { return block_size_; }
   uint64_t bytes() const { return uint64_t(n_k_ + n_v_) * sizeof(uint16_t); }
+  // Faults in every page now (zero-filled, 2 MiB pages where the kernel gives them), so
+  // that the first steps to write a region do not pay for it. The cells read as zeros
+  // before and after. For benchmarks that measure steady state.
+  void touch();
 
   // Halves of one cell (all kv heads) of `layer`; head h starts at h * head_dim.
   uint16_t* k(int layer, int64_t cell) { return k_.get() + offset_k(layer, cell); }
