@@ -2,13 +2,14 @@
 """Side-by-side benchmark of tierserve and the llama.cpp peer (bench/compare.sh runs this).
 
 For each model (random weights from `tierserve make-model`, real shapes) and thread count:
-  peer       llama-bench -p N_PROMPT -n N_GEN -d 0,DEPTH -r REPS (each peer build of
-             bench/peer.sh: build/peer/gcc, build/peer/clang), median of its samples
+  peer       llama-bench -p N_PROMPT -n N_GEN -d 0,DEPTH -r 1, REPS times (each peer build
+             of bench/peer.sh: build/peer/gcc, build/peer/clang), median of the samples
   tierserve  `tierserve run --json --ignore-eos --temp 0`, one warm-up then REPS runs:
              a 1-token prompt + N_GEN tokens (decode at depth 0) and an N_PROMPT-token
              prompt + N_GEN tokens (prompt processing at depth 0, and decode after a
              prompt of N_PROMPT tokens, i.e. llama-bench's tg at depth N_PROMPT)
-and prints a markdown table of medians (tok/s), the ratio to the best peer build, and
+the repetitions of the two engines alternating, and prints a markdown table of medians
+(tok/s), the ratio to the best peer build, and
 decode's achieved bandwidth (weight bytes x tok/s) against the peak tierserve measures.
 Raw results go to OUT/results.jsonl, the table to OUT/table.md.
 """
@@ -105,9 +106,9 @@ def prompt_of_tokens(path, n_tokens):
     return text, count(text)
 
 
-def run_peer(peer_bin, model, threads, args, fa):
+def run_peer(peer_bin, model, threads, args, fa, reps):
     cmd = [peer_bin, "-m", model, "-t", str(threads), "-p", str(args.n_prompt), "-n", str(args.n_gen),
-           "-d", f"0,{args.depth}", "-r", str(args.reps), "-fa", fa, "-o", "jsonl"]
+           "-d", f"0,{args.depth}", "-r", str(reps), "-fa", fa, "-o", "jsonl"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     results = []
     for line in out.splitlines():
@@ -184,33 +185,36 @@ def main():
             short = "Once"
             log(f"{label}: {n}-token prompt")
         for t in threads:
-            res = {}  # (test, depth) -> {engine: median}
-            for p in peers:
-                log(f"{label} t={t}: llama.cpp {p} (load {loadavg()})")
-                out, cmd = run_peer(os.path.join(args.peer_dir, p, "bin", "llama-bench"), model, t, args, args.fa)
-                for r in out:
-                    res.setdefault((r["test"], r["depth"]), {})[f"llama.cpp {p}"] = r["median"]
-                    raw.write(json.dumps({"engine": f"llama.cpp-{p}", "model": label, "threads": t, "cmd": cmd,
-                                          **r}) + "\n")
-            if not args.skip_tierserve:
-                log(f"{label} t={t}: tierserve (load {loadavg()})")
-                pp, tg0, tgd = [], [], []
-                for rep in range(args.reps + 1):  # the first run warms the page cache
+            # Repetitions alternate between the engines (one llama-bench repetition of each
+            # peer build, then one tierserve run of each kind), so that the machine's drift
+            # (its read bandwidth moves by a third within minutes) reaches both alike.
+            samples = {}  # (test, depth) -> {engine: [tok/s]}
+            if not args.skip_tierserve:  # warm-up: page cache, huge pages, CPU frequency
+                run_tierserve(args.tierserve, model, t, short, args)
+                run_tierserve(args.tierserve, model, t, prompt, args)
+            for rep in range(1, args.reps + 1):
+                for p in peers:
+                    log(f"{label} t={t} rep {rep}: llama.cpp {p} (load {loadavg()})")
+                    out, cmd = run_peer(os.path.join(args.peer_dir, p, "bin", "llama-bench"), model, t, args, args.fa,
+                                        1)
+                    for r in out:
+                        samples.setdefault((r["test"], r["depth"]), {}).setdefault(f"llama.cpp {p}", []).extend(
+                            r["samples"])
+                        raw.write(json.dumps({"engine": f"llama.cpp-{p}", "model": label, "threads": t, "rep": rep,
+                                              "cmd": cmd, **r}) + "\n")
+                if not args.skip_tierserve:
+                    log(f"{label} t={t} rep {rep}: tierserve (load {loadavg()})")
                     a = run_tierserve(args.tierserve, model, t, short, args)
                     b = run_tierserve(args.tierserve, model, t, prompt, args)
                     peak = a.get("peak_gb_s", peak)
-                    if rep == 0:
-                        continue
-                    tg0.append(a["gen_tok_s"])
-                    pp.append(b["prompt_tok_s"])
-                    tgd.append(b["gen_tok_s"])
+                    for key, val in (((f"pp{args.n_prompt}", 0), b["prompt_tok_s"]), ((f"tg{args.n_gen}", 0), a["gen_tok_s"]),
+                                     ((f"tg{args.n_gen}", args.depth), b["gen_tok_s"])):
+                        samples.setdefault(key, {}).setdefault("tierserve", []).append(val)
                     raw.write(json.dumps({"engine": "tierserve", "model": label, "threads": t, "rep": rep,
                                           "short": {k: a[k] for k in a if k not in ("text", "tokens")},
                                           "long": {k: b[k] for k in b if k not in ("text", "tokens", "prompt_tokens")},
                                           "n_prompt": len(b["prompt_tokens"])}) + "\n")
-                res.setdefault((f"pp{args.n_prompt}", 0), {})["tierserve"] = median(pp)
-                res.setdefault((f"tg{args.n_gen}", 0), {})["tierserve"] = median(tg0)
-                res.setdefault((f"tg{args.n_gen}", args.depth), {})["tierserve"] = median(tgd)
+            res = {key: {e: median(v) for e, v in by_engine.items()} for key, by_engine in samples.items()}
             raw.flush()
             for (test, depth), v in sorted(res.items(), key=lambda kv: (kv[0][0][:2] != "pp", kv[0][1])):
                 rows.append((label, t, test, depth, v, wbytes))
