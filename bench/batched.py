@@ -19,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from compare import loadavg, log, make_model  # noqa: E402
+from compare import loadavg, log, make_model, read_bandwidth  # noqa: E402
 
 
 def rows_of(text):
@@ -61,6 +61,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.models_dir, exist_ok=True)
     raw = os.path.join(args.out, "raw.txt")
+    bw_start = read_bandwidth()
     common = ["-npp", "128", "-ntg", "128", "-t", str(args.threads)]
     lines = ["| model | sequences | llama.cpp S_PP | tierserve S_PP | ratio | llama.cpp S_TG | tierserve S_TG | ratio |",
              "|---|---|---|---|---|---|---|---|"]
@@ -92,7 +93,8 @@ def main():
         tg = ", ".join(f"{p[2]:.0f}/{o[2]:.0f}" for p, o in zip(samples["peer"], samples["ours"]))
         lines.append(f"|  | (S_TG per pass, peer/ours: {tg}) | | | | | | |")
     lines.append("")
-    lines.append(f"{args.threads} threads, -npp 128 -ntg 128; load average at the end: {loadavg()}.")
+    lines.append(f"{args.threads} threads, -npp 128 -ntg 128; load average at the end: {loadavg()}; read bandwidth "
+                 f"(kernels_bench roofline/read) at the start: {bw_start}, at the end: {read_bandwidth()}.")
     table = "\n".join(lines)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n")

@@ -61,6 +61,21 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+def read_bandwidth():
+    """The machine's read bandwidth now (kernels_bench roofline/read, 1 and 2 threads), as
+    text for the table's note: it moves between ~20 and ~43 GB/s here, and decode follows."""
+    kb = os.path.join(ROOT, "build", "bench", "kernels_bench")
+    if not os.access(kb, os.X_OK):
+        return "not measured (no build/bench/kernels_bench)"
+    out = subprocess.run([kb, "--benchmark_filter=roofline/read", "--benchmark_format=json"], capture_output=True,
+                         text=True).stdout
+    try:
+        runs = json.loads(out)["benchmarks"]
+    except (ValueError, KeyError):
+        return "not measured"
+    return ", ".join(f"{r['name'].split('/')[2]} {r['bytes_per_second'] / 1e9:.1f} GB/s" for r in runs)
+
+
 def loadavg():
     try:
         return open("/proc/loadavg").read().split()[0]
@@ -165,6 +180,7 @@ def main():
     if not os.access(args.tierserve, os.X_OK):
         sys.exit(f"compare: no tierserve binary at {args.tierserve}")
 
+    bw_start = read_bandwidth()
     raw = open(os.path.join(args.out, "results.jsonl"), "w")
     rows = []  # (model label, threads, test, depth, {engine: median}, extra)
     peak = None
@@ -245,7 +261,8 @@ def main():
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; decode GB/s counts weight bytes only "
-            f"(KV reads at depth add to it). Load average at the end: {loadavg()}.\n")
+            f"(KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
+            f"(kernels_bench roofline/read) at the start: {bw_start}; at the end: {read_bandwidth()}.\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n" + note)
     print(table)
