@@ -11,7 +11,9 @@
 // midpoint: both agree there. The lanes whose double result lies within 2^-8 ulp of a
 // midpoint (~0.8% of inputs) take the libm call instead (with a threshold of 2^-12 ulp,
 // glibc's own misroundings, e.g. expf(0x1.a2fe6p-9) 0.50027 ulp from e^x, show through).
-// ops_test checks the equality over ~20 million inputs.
+// ops_test checks the equality over ~20 million inputs; once, over every float in
+// [-104, 1] (2.19e9 inputs, glibc 2.36): equal with 2^-8 and 2^-9, 15434 differ with
+// 2^-10 (glibc's bound of 0.502 ulp is 0.5 + 2^-8.97).
 //
 // Range: x is clamped to [-200, 89], where e^-200 rounds to 0 and e^89 overflows to
 // infinity in float exactly as e^x does outside (so -inf gives 0 and +inf gives inf); NaN
