@@ -70,6 +70,26 @@ void BlockPool::FreeRuns::set(int32_t b, bool is_free) {
   for (i /= 2; i >= 1; i /= 2, len *= 2) pull(i, len);
 }
 
+int32_t BlockPool::FreeRuns::lowest_run(int32_t len) const {
+  if (len < 1 || best_[1] < len) return -1;
+  size_t i = 1;
+  int32_t seg = leaves_;  // blocks under node i
+  // Runs wholly in the left half come first, then the one across the middle, then the
+  // right half; a run found this way starts after a block that is not free (or at 0).
+  while (i < size_t(leaves_)) {
+    const size_t l = 2 * i, r = l + 1;
+    seg /= 2;
+    if (best_[l] >= len) {
+      i = l;
+    } else if (suf_[l] + pre_[r] >= len) {
+      return int32_t(r * size_t(seg) - size_t(leaves_)) - suf_[l];
+    } else {
+      i = r;
+    }
+  }
+  return int32_t(i) - leaves_;
+}
+
 BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
     : block_size_(block_size),
       ref_(size_t(n_blocks), 0),
@@ -105,8 +125,13 @@ void BlockPool::lru_remove(int32_t b) {
 int32_t BlockPool::allocate(int32_t after) {
   int32_t b = -1;
   if (free_.count() > 0) {
-    if (after >= 0 && after + 1 < n_blocks() && free_.free(after + 1)) b = after + 1;
-    else b = free_.longest_start() + free_.longest_len() / 2;
+    if (after >= 0 && after + 1 < n_blocks() && free_.free(after + 1)) {
+      b = after + 1;
+    } else if (const int32_t r = free_.lowest_run(2 * kGrowthBlocks + 1); r >= 0) {
+      b = r == 0 ? 0 : r + kGrowthBlocks;
+    } else {
+      b = free_.longest_start() + free_.longest_len() / 2;
+    }
     free_.set(b, false);
   } else if (lru_head_ >= 0) {
     b = lru_head_;
@@ -205,6 +230,19 @@ bool BlockPool::check_consistency() const {
   if (longest > 0) {
     for (int32_t b = free_.longest_start(); b < free_.longest_start() + longest; ++b)
       if (b >= n_blocks() || !free_.free(b)) return false;
+  }
+  // lowest_run against a scan, for a few lengths.
+  for (int32_t len : {1, 2, 3, 2 * kGrowthBlocks + 1}) {
+    int32_t want = -1;
+    for (int32_t b = 0, run_start = 0, n = 0; b < n_blocks() && want < 0; ++b) {
+      if (!free_.free(b)) {
+        n = 0;
+        continue;
+      }
+      if (n++ == 0) run_start = b;
+      if (n >= len) want = run_start;
+    }
+    if (free_.lowest_run(len) != want) return false;
   }
   int32_t n_lru = 0, prev = -1;
   for (int32_t b = lru_head_; b >= 0; b = next_[size_t(b)]) {

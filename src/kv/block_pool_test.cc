@@ -88,26 +88,32 @@ TEST(BlockPool, DuplicateContentIsNotRegisteredTwice) {
 }
 
 // Placement: a sequence's next block follows its last one while that is free; a new
-// sequence starts in the middle of the longest free run, so sequences that grow in turns
-// (a batch decoding) each keep one contiguous run of blocks.
+// sequence starts in the lowest free run with room on both sides, kGrowthBlocks past the
+// sequence before it, so sequences that grow in turns (a batch decoding) pack from the low
+// end and each keep a contiguous run of kGrowthBlocks + 1 blocks before they must jump.
 TEST(BlockPool, SequencesGrowingInTurnsStayContiguous) {
+  constexpr int32_t G = BlockPool::kGrowthBlocks;
   BlockPool p(64, 16);
   const int32_t a0 = p.allocate();
-  EXPECT_EQ(a0, 32);  // the middle of [0, 64)
+  EXPECT_EQ(a0, 0);  // nothing before it
   const int32_t b0 = p.allocate();
-  EXPECT_EQ(b0, 16);  // the middle of [0, 32), the leftmost longest run
+  EXPECT_EQ(b0, 1 + G);  // room for a to grow
   const int32_t c0 = p.allocate();
-  EXPECT_EQ(c0, 48);  // the middle of [33, 64)
+  EXPECT_EQ(c0, b0 + 1 + G);
   std::vector<std::vector<int32_t>> seqs{{a0}, {b0}, {c0}};
-  for (int step = 0; step < 15; ++step)
+  for (int step = 0; step < G; ++step)
     for (auto& s : seqs) s.push_back(p.allocate(s.back()));
   for (const auto& s : seqs)
     for (size_t i = 1; i < s.size(); ++i) EXPECT_EQ(s[i], s[i - 1] + 1) << "block " << i;
-  // c reached the end of the pool: its next block starts over in the longest free run.
-  EXPECT_EQ(seqs[2].back(), 63);
-  const int32_t c_next = p.allocate(63);
-  EXPECT_EQ(c_next, 8);  // the middle of [0, 16)
+  // a's next block is b's first: a jumps to the lowest run with room, past c's growth.
+  EXPECT_EQ(seqs[0].back() + 1, b0);
+  const int32_t a_next = p.allocate(seqs[0].back());
+  EXPECT_EQ(a_next, c0 + 1 + 2 * G);
   EXPECT_TRUE(p.check_consistency());
+  // A small pool with no run of 2G + 1 blocks: the middle of the longest run.
+  BlockPool q(10, 16);
+  EXPECT_EQ(q.allocate(), 5);
+  EXPECT_TRUE(q.check_consistency());
 }
 
 TEST(BlockPool, FreedBlocksRejoinTheirRun) {
