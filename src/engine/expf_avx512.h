@@ -30,12 +30,10 @@ inline constexpr double kExpInvFact[] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 36
                                          1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
                                          1.0 / 6,        0.5,           1.0,          1.0};
 
-// Lanes of `active` get e^x as above; the others get the double evaluation only (no libm
-// call however close to a midpoint: their values are not used).
-inline __m512 expf16(__m512 x, __mmask16 active = 0xffff) {
-  // max/min return their second operand when it is NaN: NaN passes through.
-  const __m512 t = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-200.0f), x));
-  __m512d d[2] = {_mm512_cvtps_pd(_mm512_castps512_ps256(t)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1))};
+// e^t in double for 16 floats t in [-200, 89] (lanes 0-7 in y[0], 8-15 in y[1]): the
+// evaluation described above, without the final rounding. silu_avx512.cc uses it too.
+inline void exp16_double(__m512 t, __m512d y[2]) {
+  const __m512d d[2] = {_mm512_cvtps_pd(_mm512_castps512_ps256(t)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1))};
   __m512d n[2], r[2], p[2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
@@ -50,12 +48,23 @@ inline __m512 expf16(__m512 x, __mmask16 active = 0xffff) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) p[h] = _mm512_fmadd_pd(p[h], r[h], _mm512_set1_pd(kExpInvFact[k]));
   }
+  // 2^n is exact for the range (n in [-289, 129]), and so is the product.
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) y[h] = _mm512_scalef_pd(p[h], n[h]);
+}
+
+// Lanes of `active` get e^x as above; the others get the double evaluation only (no libm
+// call however close to a midpoint: their values are not used).
+inline __m512 expf16(__m512 x, __mmask16 active = 0xffff) {
+  // max/min return their second operand when it is NaN: NaN passes through.
+  const __m512 t = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-200.0f), x));
+  __m512d yd[2];
+  exp16_double(t, yd);
   __m256 f[2];
   __mmask8 near[2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    // 2^n is exact for the clamped range (n in [-289, 129]), and so is the product.
-    const __m512d y = _mm512_scalef_pd(p[h], n[h]);
+    const __m512d y = yd[h];
     f[h] = _mm512_cvtpd_ps(y);
     // Distance to the nearest rounding midpoint, in float ulps of y's binade (2^-149 below
     // the normal range): the fraction of y / ulp.
