@@ -253,6 +253,19 @@ inline void cells_of(const KvSeqView& seq, int64_t p, int n, int64_t* cells) {
   }
 }
 
+// Requests bytes [0, n_bytes) of the K and V rows of `n` cells into L1.
+inline void prefetch_rows(const uint16_t* k_base, int64_t ks, const uint16_t* v_base, int64_t vs, const int64_t* cells,
+                          int n, int n_bytes) {
+  for (int j = 0; j < n; ++j) {
+    const char* kr = reinterpret_cast<const char*>(k_base + cells[j] * ks);
+    const char* vr = reinterpret_cast<const char*>(v_base + cells[j] * vs);
+    for (int off = 0; off < n_bytes; off += 64) {
+      _mm_prefetch(kr + off, _MM_HINT_T0);
+      _mm_prefetch(vr + off, _MM_HINT_T0);
+    }
+  }
+}
+
 template <int D, int C>
 void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer, int kv_head,
            const KvSeqView& seq, float scale, float* const* out) {
@@ -287,14 +300,7 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
     // software only fills the miss queues (Gemma 3 decode of 16 sequences: 5% slower).
     const int c_next = int(std::clamp<int64_t>(max_kv - p0 - C, 0, C));
     cells_of(seq, p0 + C, c_next, next);
-    for (int j = 0; j < (strided ? c_next : 0); ++j) {
-      const char* kr = reinterpret_cast<const char*>(k_base + next[j] * ks);
-      const char* vr = reinterpret_cast<const char*>(v_base + next[j] * vs);
-      for (int off = 0; off < D * 2; off += 64) {
-        _mm_prefetch(kr + off, _MM_HINT_T0);
-        _mm_prefetch(vr + off, _MM_HINT_T0);
-      }
-    }
+    if (strided) prefetch_rows(k_base, ks, v_base, vs, next, c_next, D * 2);
     // Scores of the chunk for every query (those past a query's length go unused); V rows
     // to float.
     for (int j = 0; j < c; ++j) {
@@ -366,14 +372,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
     const int c = int(std::min<int64_t>(C, max_kv - p0));
     const int c_next = int(std::clamp<int64_t>(max_kv - p0 - C, 0, C));
     cells_of(seq, p0 + C, c_next, next);
-    for (int j = 0; j < (strided ? c_next : 0); ++j) {
-      const char* kr = reinterpret_cast<const char*>(k_base + next[j] * ks + int64_t(h_lo) * D);
-      const char* vr = reinterpret_cast<const char*>(v_base + next[j] * vs + int64_t(h_lo) * D);
-      for (int off = 0; off < span_bytes; off += 64) {
-        _mm_prefetch(kr + off, _MM_HINT_T0);
-        _mm_prefetch(vr + off, _MM_HINT_T0);
-      }
-    }
+    if (strided) prefetch_rows(k_base + int64_t(h_lo) * D, ks, v_base + int64_t(h_lo) * D, vs, next, c_next, span_bytes);
     // Scores of 16 queries at a time; K of a head is converted once for the run of queries
     // of that head. Scores past a query's length go unused.
     for (int j = 0; j < c; ++j) {
