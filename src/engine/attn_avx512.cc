@@ -229,8 +229,8 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 
 // Softmax factors and accumulator updates of a chunk, the same float operations either
 // way. The vector factors pay for a whole register of exps per key: they win with many
-// queries and short rows (llama 110m: prompt attention 13% and 16-sequence decode
-// attention 15% faster, attn_bench), the libm calls between updates win with few queries
+// queries and short rows (llama 110m: prompt attention 9% and 16-sequence decode
+// attention 6% faster, attn_bench), the libm calls between updates win with few queries
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
 template <int D, typename V>
 inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
