@@ -43,6 +43,7 @@ constexpr int kStreamChunk = 4;   // the keys per chunk of streaming units
 constexpr int kStreamMaxReuse = 8;  // queries per kv head up to which a unit streams
 template <int C>
 constexpr bool kValidChunk = C >= 1 && C <= kChunk;
+#define TS_ATTN_INLINE inline __attribute__((always_inline))
 
 inline __m512 round_h(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m512 load_h16(const uint16_t* p) {
@@ -113,6 +114,25 @@ inline __m512 hsum16(T&& t, int n) {
 inline __m512 load_v(const float* p) { return _mm512_load_ps(p); }
 inline __m512 load_v(const uint16_t* p) { return load_h16(p); }
 
+// One accumulator update: acc = round_h(v * vsc + acc), the accumulator first rescaled
+// (round_h(acc * ms)) when the query's max moved at this key.
+template <int D, typename VRow>
+TS_ATTN_INLINE void update_acc(float* acc, const VRow* v, float vsc, bool moved, float ms) {
+  const __m512 vv = _mm512_set1_ps(vsc);
+  if (moved) {
+    const __m512 vm = _mm512_set1_ps(ms);
+#pragma GCC unroll 16
+    for (int r = 0; r < D / 16; ++r) {
+      const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc + 16 * r), vm));
+      _mm512_store_ps(acc + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < D / 16; ++r)
+      _mm512_store_ps(acc + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc + 16 * r))));
+  }
+}
+
 // Softmax factors and accumulator updates of keys [0, c) of a chunk, query i taking keys
 // [0, ci[i]), scores st[j * ss + i], value rows vrow(i, j); per query, the float
 // operations of the AVX2 path in its order.
@@ -126,7 +146,6 @@ template <int D, typename V>
 inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
                                       float (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries && kMaxSeqQueries <= 32);
-  constexpr int NV = D / 16;
   alignas(64) float f_ms[kChunk][kMaxSeqQueries], f_vsc[kChunk][kMaxSeqQueries];
   uint32_t moved[kChunk] = {};  // bit i: query i's max moved at this key (its accumulator rescales)
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -156,21 +175,7 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
       if (j >= ci[i]) continue;
-      const auto* v = vrow(i, j);
-      const __m512 vv = _mm512_set1_ps(f_vsc[j][i]);
-      if (moved[j] >> i & 1u) {
-        const __m512 vm = _mm512_set1_ps(f_ms[j][i]);
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r) {
-          const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vm));
-          _mm512_store_ps(acc[i] + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
-        }
-      } else {
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r)
-          _mm512_store_ps(acc[i] + 16 * r,
-                          round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc[i] + 16 * r))));
-      }
+      update_acc<D>(acc[i], vrow(i, j), f_vsc[j][i], moved[j] >> i & 1u, f_ms[j][i]);
     }
 }
 
@@ -185,7 +190,6 @@ template <int D, typename V>
 inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
                                float (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries);
-  constexpr int NV = D / 16;
   float f_ms[kMaxSeqQueries], f_vsc[kMaxSeqQueries];  // factors of each query's next key
   bool f_moved[kMaxSeqQueries];
   auto factors = [&](int i, int j) {
@@ -208,21 +212,7 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
       if (j >= ci[i]) continue;
-      const auto* v = vrow(i, j);
-      const __m512 vv = _mm512_set1_ps(f_vsc[i]);
-      if (f_moved[i]) {
-        const __m512 vm = _mm512_set1_ps(f_ms[i]);
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r) {
-          const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vm));
-          _mm512_store_ps(acc[i] + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
-        }
-      } else {
-#pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r)
-          _mm512_store_ps(acc[i] + 16 * r,
-                          round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc[i] + 16 * r))));
-      }
+      update_acc<D>(acc[i], vrow(i, j), f_vsc[i], f_moved[i], f_ms[i]);
       if (j + 1 < ci[i]) factors(i, j + 1);
     }
 }
