@@ -256,6 +256,23 @@ inline void prefetch_rows(const uint16_t* k_base, int64_t ks, const uint16_t* v_
   }
 }
 
+// Keys [0, max_kv) of a sequence in chunks of C: body(p0, c, cur, next, c_next) for the
+// chunk of keys [p0, p0 + c), with the cells of the chunk (cur) and of the next one
+// (next, c_next of them, to prefetch).
+template <int C, typename Body>
+TS_ATTN_INLINE void for_chunks(const KvSeqView& seq, int64_t max_kv, Body&& body) {
+  static_assert(kValidChunk<C>);
+  int64_t cur[C], next[C];
+  cells_of(seq, 0, int(std::min<int64_t>(C, max_kv)), cur);
+  for (int64_t p0 = 0; p0 < max_kv; p0 += C) {
+    const int c = int(std::min<int64_t>(C, max_kv - p0));
+    const int c_next = int(std::clamp<int64_t>(max_kv - p0 - C, 0, C));
+    cells_of(seq, p0 + C, c_next, next);
+    body(p0, c, static_cast<const int64_t*>(cur), static_cast<const int64_t*>(next), c_next);
+    std::copy(next, next + c_next, cur);
+  }
+}
+
 template <int D, int C>
 void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer, int kv_head,
            const KvSeqView& seq, float scale, float* const* out) {
@@ -279,17 +296,11 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
   const uint16_t* k_base = kv.k(layer, 0) + int64_t(kv_head) * D;
   const uint16_t* v_base = kv.v(layer, 0) + int64_t(kv_head) * D;
   const bool strided = ks > D || vs > D;
-  int64_t cur[kChunk], next[kChunk];
-  static_assert(kValidChunk<C>);
-  cells_of(seq, 0, int(std::min<int64_t>(C, max_kv)), cur);
-  for (int64_t p0 = 0; p0 < max_kv; p0 += C) {
-    const int c = int(std::min<int64_t>(C, max_kv - p0));
+  for_chunks<C>(seq, max_kv, [&](int64_t p0, int c, const int64_t* cur, const int64_t* next, int c_next) {
     // Prefetch the next chunk's rows when one head's slice of every cell is a strided walk,
     // which the hardware prefetchers follow poorly. A walk over whole cells (one kv head)
     // is a contiguous stream within each block that they follow well; prefetching it in
     // software only fills the miss queues (Gemma 3 decode of 16 sequences: 5% slower).
-    const int c_next = int(std::clamp<int64_t>(max_kv - p0 - C, 0, C));
-    cells_of(seq, p0 + C, c_next, next);
     if (strided) prefetch_rows(k_base, ks, v_base, vs, next, c_next, D * 2);
     // Scores of the chunk for every query (those past a query's length go unused); V rows
     // to float.
@@ -307,8 +318,7 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
     for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(n_kv[i] - p0, 0, c));
     softmax_accumulate<D>(st[0], kMaxGroupQueries, c, ci, n_q, m, s_sum, acc,
                           [&](int, int j) { return vf[j]; });
-    std::copy(next, next + c_next, cur);
-  }
+  });
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
@@ -355,13 +365,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
   // evicted the chunk being worked on and filled the miss queues: 16-sequence decode
   // attention 1.3x slower.
   const bool strided = span_bytes < ks * 2 && h_lo == h_hi;
-  int64_t cur[kChunk], next[kChunk];
-  static_assert(kValidChunk<C>);
-  cells_of(seq, 0, int(std::min<int64_t>(C, max_kv)), cur);
-  for (int64_t p0 = 0; p0 < max_kv; p0 += C) {
-    const int c = int(std::min<int64_t>(C, max_kv - p0));
-    const int c_next = int(std::clamp<int64_t>(max_kv - p0 - C, 0, C));
-    cells_of(seq, p0 + C, c_next, next);
+  for_chunks<C>(seq, max_kv, [&](int64_t p0, int c, const int64_t* cur, const int64_t* next, int c_next) {
     if (strided) prefetch_rows(k_base + int64_t(h_lo) * D, ks, v_base + int64_t(h_lo) * D, vs, next, c_next, span_bytes);
     // Scores of 16 queries at a time; K of a head is converted once for the run of queries
     // of that head. Scores past a query's length go unused.
@@ -397,8 +401,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
     else
       softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, n_q, m, s_sum, acc,
                             [&](int i, int j) { return vrow[i][j]; });
-    std::copy(next, next + c_next, cur);
-  }
+  });
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
