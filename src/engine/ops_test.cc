@@ -234,6 +234,26 @@ TEST(KvCache, BlockTableAndCopy) {
   EXPECT_EQ(kv->v(0, 14)[7], 0x4000);
 }
 
+// touch() faults every page in and changes no cell: written cells keep their values (the
+// first half of every 4 KiB page included, where it writes), the others stay zero.
+TEST(KvCache, TouchKeepsEveryCell) {
+  // 2 layers x 1000 cells x 256 halves per K and V row: 1 MB per array, many pages.
+  auto kv = std::move(KvCache::create({2, 2, 128, 128}, 125, 8)).value();
+  for (int l = 0; l < 2; ++l)
+    for (int64_t c = 0; c < kv->n_cells(); c += 3) {
+      kv->k(l, c)[0] = uint16_t(0x3c00 + c);
+      kv->v(l, c)[255] = uint16_t(0x4000 + c);
+    }
+  kv->touch();
+  for (int l = 0; l < 2; ++l)
+    for (int64_t c = 0; c < kv->n_cells(); ++c) {
+      const bool written = c % 3 == 0;
+      ASSERT_EQ(kv->k(l, c)[0], written ? uint16_t(0x3c00 + c) : 0) << l << " " << c;
+      ASSERT_EQ(kv->v(l, c)[255], written ? uint16_t(0x4000 + c) : 0) << l << " " << c;
+      ASSERT_EQ(kv->k(l, c)[1], 0) << l << " " << c;
+    }
+}
+
 TEST(Activations, SwigluAndGelu) {
   std::vector<float> g = {-2.0f, 0.0f, 1.5f}, u = {2.0f, 3.0f, -1.0f}, y(3);
   ops::swiglu(g.data(), u.data(), y.data(), 3);
