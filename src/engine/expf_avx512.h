@@ -24,11 +24,9 @@
 
 #include <cmath>
 
-namespace ts::engine::ops::detail {
+#include "ops_internal.h"  // kExpInvFact
 
-inline constexpr double kExpInvFact[] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
-                                         1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
-                                         1.0 / 6,        0.5,           1.0,          1.0};
+namespace ts::engine::ops::detail {
 
 // e^t in double for 16 floats t in [-200, 89] (lanes 0-7 in y[0], 8-15 in y[1]): the
 // evaluation described above, without the final rounding. silu_avx512.cc uses it too.

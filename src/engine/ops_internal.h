@@ -11,6 +11,12 @@ namespace ts::engine::ops::detail {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// 1/k! for k = 11 down to 0: the Taylor series of e^r (|r| <= ln2/2) that the vector exps
+// evaluate in double by Horner's rule (silu_avx2.cc, expf_avx512.h).
+inline constexpr double kExpInvFact[] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
+                                         1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
+                                         1.0 / 6,        0.5,           1.0,          1.0};
+
 inline float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoefA = 0.044715f;

@@ -28,12 +28,9 @@ inline __m128 exp4(__m256d t) {
   __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(0x1.62e42ffp-1), t);
   r = _mm256_fnmadd_pd(n, _mm256_set1_pd(-4.2009150726810846e-11), r);
   // e^r, |r| <= ln2 / 2: Taylor series to degree 11 (truncation < 3e-15 relative).
-  static constexpr double kInvFact[] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
-                                        1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
-                                        1.0 / 6,        0.5,           1.0,          1.0};
-  __m256d p = _mm256_set1_pd(kInvFact[0]);
+  __m256d p = _mm256_set1_pd(kExpInvFact[0]);
 #pragma GCC unroll 12
-  for (int k = 1; k < 12; ++k) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kInvFact[k]));
+  for (int k = 1; k < 12; ++k) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kExpInvFact[k]));
   // 2^n in the exponent bits (|n| <= 126 after the clamp).
   const __m128i ni = _mm256_cvtpd_epi32(n);
   const __m256i e = _mm256_slli_epi64(_mm256_cvtepi32_epi64(_mm_add_epi32(ni, _mm_set1_epi32(1023))), 52);
