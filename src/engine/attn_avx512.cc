@@ -9,8 +9,8 @@
 // of a key (one per query) in one transposed reduction tree that adds, per query, the same
 // lane pairs in the same order as the AVX2 path's sum of one vector; then the softmax
 // factors and accumulator updates key by key, query by query, so that the chains of all
-// queries overlap each other (an update is an FMA and an F16 round trip, cvtps2ph +
-// cvtph2ps, exactly where AVX2 stores and reloads halves). With many queries of up to 128
+// queries overlap each other (an update loads the F16 accumulator, one FMA, stores it as
+// F16, exactly where AVX2 stores and reloads halves). With many queries of up to 128
 // dimensions the factors are computed 16 queries per register with expf16, which is
 // libm's expf bit for bit (expf_avx512.h); otherwise with libm calls between the updates.
 // K and V rows are converted to float once per chunk for all queries of one kv head.
@@ -114,22 +114,33 @@ inline __m512 hsum16(T&& t, int n) {
 inline __m512 load_v(const float* p) { return _mm512_load_ps(p); }
 inline __m512 load_v(const uint16_t* p) { return load_h16(p); }
 
-// One accumulator update: acc = round_h(v * vsc + acc), the accumulator first rescaled
-// (round_h(acc * ms)) when the query's max moved at this key.
+inline void store_h16(uint16_t* p, __m512 v) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+inline __m512 load_acc(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// One accumulator update: acc = f16(v * vsc + acc), the accumulator first rescaled
+// (f16(acc * ms)) when the query's max moved at this key. The accumulators are F16 in
+// memory, as the AVX2 path and llama.cpp keep them: a load converts, a store rounds.
+// (Kept as F16-valued floats, with the same two conversions per update, each update
+// stored and reloaded 64 bytes a vector instead of 32: prompt attention 2-6% slower,
+// attn_bench group/256, seq/64, seq/128/gqa4.)
 template <int D, typename VRow>
-TS_ATTN_INLINE void update_acc(float* acc, const VRow* v, float vsc, bool moved, float ms) {
+TS_ATTN_INLINE void update_acc(uint16_t* acc, const VRow* v, float vsc, bool moved, float ms) {
   const __m512 vv = _mm512_set1_ps(vsc);
   if (moved) {
     const __m512 vm = _mm512_set1_ps(ms);
 #pragma GCC unroll 16
     for (int r = 0; r < D / 16; ++r) {
-      const __m512 a = round_h(_mm512_mul_ps(_mm512_load_ps(acc + 16 * r), vm));
-      _mm512_store_ps(acc + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, a)));
+      const __m512 a = round_h(_mm512_mul_ps(load_acc(acc + 16 * r), vm));
+      store_h16(acc + 16 * r, _mm512_fmadd_ps(load_v(v + 16 * r), vv, a));
     }
   } else {
 #pragma GCC unroll 16
     for (int r = 0; r < D / 16; ++r)
-      _mm512_store_ps(acc + 16 * r, round_h(_mm512_fmadd_ps(load_v(v + 16 * r), vv, _mm512_load_ps(acc + 16 * r))));
+      store_h16(acc + 16 * r, _mm512_fmadd_ps(load_v(v + 16 * r), vv, load_acc(acc + 16 * r)));
   }
 }
 
@@ -140,11 +151,10 @@ TS_ATTN_INLINE void update_acc(float* acc, const VRow* v, float vsc, bool moved,
 // running max and sum are chains per lane, and exp (expf16: libm's expf, 16 at a time)
 // hangs off them, so the exps of a chunk overlap. Then the accumulator updates, key by
 // key and query by query, so that the chains of all queries overlap each other; the
-// accumulators stay in memory (an update is an FMA and an F16 round trip, cvtps2ph +
-// cvtph2ps, exactly where AVX2 stores and reloads halves).
+// accumulators stay in memory as F16 (update_acc).
 template <int D, typename V>
 inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                                      float (*acc)[D], V&& vrow) {
+                                      uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries && kMaxSeqQueries <= 32);
   alignas(64) float f_ms[kChunk][kMaxSeqQueries], f_vsc[kChunk][kMaxSeqQueries];
   uint32_t moved[kChunk] = {};  // bit i: query i's max moved at this key (its accumulator rescales)
@@ -188,7 +198,7 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
 // query, the float operations of the AVX2 path in its order.
 template <int D, typename V>
 inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                               float (*acc)[D], V&& vrow) {
+                               uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries);
   float f_ms[kMaxSeqQueries], f_vsc[kMaxSeqQueries];  // factors of each query's next key
   bool f_moved[kMaxSeqQueries];
@@ -224,7 +234,7 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
 template <int D, typename V>
 inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                               float (*acc)[D], V&& vrow) {
+                               uint16_t (*acc)[D], V&& vrow) {
   if (D <= 128 && n_q >= 8)
     softmax_accumulate_vector<D>(st, ss, c, ci, n_q, m, s_sum, acc, vrow);
   else
@@ -278,7 +288,7 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
            const KvSeqView& seq, float scale, float* const* out) {
   constexpr int NV = D / 16;  // registers per row
   alignas(64) float qf[kMaxGroupQueries][D];
-  alignas(64) float acc[kMaxGroupQueries][D];  // F16-representable values
+  alignas(64) uint16_t acc[kMaxGroupQueries][D];  // F16
   alignas(64) float vf[kChunk][D];
   alignas(64) float st[kChunk][kMaxGroupQueries];  // scores, key by key
   float m[kMaxGroupQueries], s_sum[kMaxGroupQueries];
@@ -322,7 +332,7 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
-    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(out[i] + 16 * r, _mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vinv));
+    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(out[i] + 16 * r, _mm512_mul_ps(load_acc(acc[i] + 16 * r), vinv));
   }
 }
 
@@ -335,7 +345,7 @@ template <int D, int C>
 void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale) {
   constexpr int NV = D / 16;
   alignas(64) float qf[kMaxSeqQueries][D];
-  alignas(64) float acc[kMaxSeqQueries][D];  // F16-representable values
+  alignas(64) uint16_t acc[kMaxSeqQueries][D];  // F16
   alignas(64) float st[kChunk][kMaxSeqQueries];  // scores, key by key
   alignas(64) float vf[kChunk][D];             // V rows of the chunk when all queries share a head
   const uint16_t* vrow[kMaxSeqQueries][kChunk];  // V rows of every query otherwise
@@ -405,7 +415,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
-    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(qs[i].out + 16 * r, _mm512_mul_ps(_mm512_load_ps(acc[i] + 16 * r), vinv));
+    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(qs[i].out + 16 * r, _mm512_mul_ps(load_acc(acc[i] + 16 * r), vinv));
   }
 }
 
