@@ -218,8 +218,9 @@ TEST_F(Fixture, SurvivesRandomResealedMutations) {
     for (int k = 0; k < n; ++k) b[rng() % names_end] = uint8_t(rng());
     reseal(b);
     auto r = PlanFile::parse(b, *src);
-    if (r.is_ok())
+    if (r.is_ok()) {
       for (const auto& e : (*r)->entries()) ASSERT_LE(e.offset + e.n_bytes, b.size());
+    }
   }
 }
 
