@@ -1,6 +1,7 @@
 #include "engine/sampling.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -29,34 +30,54 @@ Status validate(const SamplingParams& p) {
 
 // The plain loop's answer is the first index whose value equals the largest non-NaN value
 // (-0 and +0 compare equal; NaNs never win), or 0 when v[0] is NaN. Greedy decoding runs
-// it over the whole vocabulary every token (Gemma 3: 262,144 logits), so the maximum is
-// found 16 lanes at a time (maxps returns its second operand when the first is NaN, so
-// NaNs are skipped), then the first index holding it.
+// it over the whole vocabulary every token (Gemma 3: 262,144 logits, read from beyond
+// L2), so it is one pass, 16 lanes at a time: each lane keeps its largest value and the
+// first index holding it (maxps keeps its second operand when the first is NaN or equal,
+// exactly when `x > m` is false), then the first index among the lanes holding the
+// largest value.
 int32_t argmax(std::span<const float> v) {
   if (v.empty()) return -1;
   const float* x = v.data();
   const size_t n = v.size();
   if (std::isnan(x[0])) return 0;
   float mx = x[0];
-  size_t i = 1;
+  size_t best = 0, i = 1;
 #if defined(__SSE2__)
-  if (n >= 17) {
-    __m128 m0 = _mm_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
-    for (; i + 16 <= n; i += 16) {
-      m0 = _mm_max_ps(_mm_loadu_ps(x + i), m0);
-      m1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), m1);
-      m2 = _mm_max_ps(_mm_loadu_ps(x + i + 8), m2);
-      m3 = _mm_max_ps(_mm_loadu_ps(x + i + 12), m3);
+  if (n >= 17 && n <= size_t(INT32_MAX)) {
+    __m128 m[4];
+    __m128i idx[4], at[4];
+    for (int k = 0; k < 4; ++k) {
+      m[k] = _mm_set1_ps(x[0]);
+      idx[k] = _mm_setzero_si128();
+      at[k] = _mm_add_epi32(_mm_set1_epi32(int32_t(1 + 4 * k)), _mm_setr_epi32(0, 1, 2, 3));
     }
-    alignas(16) float lanes[4];
-    _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
-    for (float l : lanes) mx = std::max(mx, l);
+    const __m128i step = _mm_set1_epi32(16);
+    for (; i + 16 <= n; i += 16) {
+      for (int k = 0; k < 4; ++k) {
+        const __m128 xv = _mm_loadu_ps(x + i + 4 * k);
+        const __m128i gt = _mm_castps_si128(_mm_cmpgt_ps(xv, m[k]));
+        m[k] = _mm_max_ps(xv, m[k]);
+        idx[k] = _mm_or_si128(_mm_and_si128(gt, at[k]), _mm_andnot_si128(gt, idx[k]));
+        at[k] = _mm_add_epi32(at[k], step);
+      }
+    }
+    alignas(16) float lv[16];
+    alignas(16) int32_t li[16];
+    for (int k = 0; k < 4; ++k) {
+      _mm_store_ps(lv + 4 * k, m[k]);
+      _mm_store_si128(reinterpret_cast<__m128i*>(li + 4 * k), idx[k]);
+    }
+    for (float l : lv) mx = std::max(mx, l);
+    best = n;
+    for (int l = 0; l < 16; ++l)
+      if (lv[l] == mx) best = std::min(best, size_t(li[l]));
   }
 #endif
   for (; i < n; ++i)
-    if (x[i] > mx) mx = x[i];
-  size_t best = 0;
-  while (!(x[best] == mx)) ++best;
+    if (x[i] > mx) {
+      mx = x[i];
+      best = i;
+    }
   return int32_t(best);
 }
 

@@ -33,6 +33,54 @@ TEST(Sampling, ArgmaxFirstOnTies) {
   EXPECT_EQ(argmax(std::span<const float>()), -1);
 }
 
+// argmax against the plain loop: first index of the largest non-NaN value (-0 == +0),
+// 0 when v[0] is NaN; sizes around the 16-lane blocks, ties, NaNs, infinities, zeros.
+TEST(Sampling, ArgmaxEqualsPlainLoop) {
+  auto plain = [](const std::vector<float>& v) {
+    if (std::isnan(v[0])) return int32_t(0);
+    float mx = v[0];
+    for (float x : v)
+      if (x > mx) mx = x;
+    int32_t i = 0;
+    while (!(v[size_t(i)] == mx)) ++i;
+    return i;
+  };
+  Rng rng(21);
+  const float specials[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f, 3.0f};
+  for (size_t n : {size_t(1), size_t(2), size_t(15), size_t(16), size_t(17), size_t(31), size_t(32), size_t(33),
+                   size_t(100), size_t(1000), size_t(262144)}) {
+    for (int rep = 0; rep < (n > 1000 ? 20 : 300); ++rep) {
+      std::vector<float> v(n);
+      const int mode = rep % 4;
+      for (auto& x : v) {
+        const uint64_t r = rng.next_u64();
+        if (mode == 0) x = rng.normal();                           // distinct values
+        else if (mode == 1) x = float(int(r % 5));                 // many ties
+        else if (mode == 2) x = specials[r % 8];                   // NaNs, zeros, infinities
+        else x = (r % 3 == 0) ? -INFINITY : float(int(r % 3)) - 2.0f;  // ties at the top, -inf
+      }
+      ASSERT_EQ(argmax(v), plain(v)) << "n " << n << " mode " << mode << " rep " << rep;
+    }
+  }
+  // The largest value last, first, and a -0 before a +0 in different lanes.
+  std::vector<float> v(1000, -1.0f);
+  v.back() = 2.0f;
+  EXPECT_EQ(argmax(v), 999);
+  v.assign(1000, -1.0f);
+  v[0] = 5.0f;
+  EXPECT_EQ(argmax(v), 0);
+  v.assign(1000, -1.0f);
+  v[22] = -0.0f;
+  v[37] = 0.0f;
+  EXPECT_EQ(argmax(v), 22);
+  v[22] = 0.0f;
+  v[37] = -0.0f;
+  EXPECT_EQ(argmax(v), 22);
+  v.assign(1000, NAN);
+  v[0] = -INFINITY;
+  EXPECT_EQ(argmax(v), 0);
+}
+
 TEST(Sampling, GreedyIsArgmax) {
   SamplingParams p;  // temperature 0
   Sampler s(p);
