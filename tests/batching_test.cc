@@ -61,6 +61,14 @@ std::string tiny_model(const std::string& arch, const std::string& type) {
   return path;
 }
 
+// The default model's file (scripts/setup-model.sh puts it there), present or not.
+std::string default_model_path() {
+  const char* dir = std::getenv("TIERSERVE_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  return (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/tierserve/models") +
+         "/gemma-3-270m-q4_k_m.gguf";
+}
+
 std::unique_ptr<engine::Model> load(const std::string& path) {
   models::register_all();
   engine::ModelOptions mo;
@@ -362,15 +370,20 @@ TEST(Batching, Stories260kSmallForwardPasses) { expect_batched_equals_solo(kStor
 
 // The default model (gemma3: sliding-window layers, head size 256), when present.
 TEST(Batching, DefaultModelGreedyEqualsSolo) {
-  const char* dir = std::getenv("TIERSERVE_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  const std::string path = (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/tierserve/models") +
-                           "/gemma-3-270m-q4_k_m.gguf";
+  const std::string path = default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
   expect_batched_equals_solo(path, false, 512, 6, 6);
 }
 
 TEST(Batching, SeededSamplingEqualsSolo) { expect_batched_equals_solo(tiny_model("qwen2", "q8_0"), true, 512); }
+
+// Seeded sampling over the default model's 262144-word vocabulary: enough logits that the
+// sequences of a step sample in parallel (Engine::step); each keeps its own random stream.
+TEST(Batching, DefaultModelSeededSamplingEqualsSolo) {
+  const std::string path = default_model_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  expect_batched_equals_solo(path, true, 512, 6, 6);
+}
 
 // Prompts sharing a long prefix: with reuse, the later ones compute only their suffix, and
 // every output equals no reuse (and solo). Other isolation keys reuse nothing.
@@ -537,10 +550,7 @@ TEST(Batching, InterruptedStepsChangeNothing) {
 }
 
 TEST(Batching, DefaultModelInterruptedStepsChangeNothing) {
-  const char* dir = std::getenv("TIERSERVE_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  const std::string path = (dir && *dir ? std::string(dir) : std::string(home ? home : "") + "/.cache/tierserve/models") +
-                           "/gemma-3-270m-q4_k_m.gguf";
+  const std::string path = default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
   expect_interrupted_steps_change_nothing(path, 4, 4, false);
 }
