@@ -19,6 +19,7 @@
 #pragma GCC optimize("fp-contract=off")
 // GCC 12 warns about the unused pass-through operand of masked AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>

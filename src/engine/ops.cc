@@ -129,6 +129,14 @@ bool use_avx512() {
 
 }  // namespace
 
+void exp(const float* x, float* y, int64_t n) {
+  if (use_avx512()) {
+    detail::expf_avx512(x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
 // llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no
 // buffer of n_kv scores is needed; this path is for matching, not speed.
 static void attention_head_softmax_f16(const float* q, const KvCache& kv, int layer, int kv_head,

@@ -1,8 +1,11 @@
 #include "engine/sampling.h"
 
+#include "engine/ops.h"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #if defined(__SSE2__)
@@ -94,19 +97,139 @@ void Sampler::accept(int32_t token) {
   history_.push_back(token);
 }
 
-void Sampler::apply_penalties(std::vector<Cand>& c) {
-  // Candidates are in id order here, so token t's candidate is c[t]. As in llama.cpp:
-  // logit / repeat_penalty when positive, * when not; then minus count * frequency and
-  // presence once.
-  if (counts_.size() < c.size()) counts_.assign(c.size(), 0);
+void Sampler::apply_penalties(std::vector<float>& l) {
+  // As in llama.cpp: logit / repeat_penalty when positive, * when not; then minus
+  // count * frequency and presence once.
+  if (counts_.size() < l.size()) counts_.assign(l.size(), 0);
   for (int32_t t : history_)
-    if (t >= 0 && size_t(t) < c.size()) ++counts_[size_t(t)];
+    if (t >= 0 && size_t(t) < l.size()) ++counts_[size_t(t)];
   for (int32_t t : history_) {
-    if (t < 0 || size_t(t) >= c.size() || counts_[size_t(t)] == 0) continue;
-    float& l = c[size_t(t)].logit;
-    l = l <= 0.0f ? l * p_.repeat_penalty : l / p_.repeat_penalty;
-    l -= float(counts_[size_t(t)]) * p_.frequency_penalty + p_.presence_penalty;
+    if (t < 0 || size_t(t) >= l.size() || counts_[size_t(t)] == 0) continue;
+    float& x = l[size_t(t)];
+    x = x <= 0.0f ? x * p_.repeat_penalty : x / p_.repeat_penalty;
+    x -= float(counts_[size_t(t)]) * p_.frequency_penalty + p_.presence_penalty;
     counts_[size_t(t)] = 0;  // applied once per distinct token; leaves counts_ zeroed
+  }
+}
+
+namespace {
+
+constexpr size_t kDrawBlock = 64;
+
+// Sum of v[0, n) in double, 8 chains (the exps of a vocabulary: 262,144 terms).
+double sum_double(const float* v, size_t n) {
+  double a[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) a[k] += double(v[i + size_t(k)]);
+  for (; i < n; ++i) a[0] += double(v[i]);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+}  // namespace
+
+// Temperature softmax over the whole vocabulary in id order (tokens below `cut` get
+// probability 0), then the token where the cumulative sum passes u * sum: the exps 16 at a
+// time (ops::exp, libm's values), the sums per block of 64, so the draw reads one block.
+int32_t Sampler::draw_all(std::span<const float> w, float mx, float cut) {
+  const size_t n = w.size();
+  e_.resize(n);
+  const float inv_temp = 1.0f / p_.temperature;
+  for (size_t i = 0; i < n; ++i) e_[i] = (w[i] - mx) * inv_temp;
+  ops::exp(e_.data(), e_.data(), int64_t(n));
+  if (cut > -std::numeric_limits<float>::infinity())
+    for (size_t i = 0; i < n; ++i)
+      if (!(w[i] >= cut)) e_[i] = 0.0f;
+  const size_t nb = (n + kDrawBlock - 1) / kDrawBlock;
+  bsum_.resize(nb);
+  double sum = 0.0;
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t b0 = b * kDrawBlock;
+    bsum_[b] = sum_double(e_.data() + b0, std::min(kDrawBlock, n - b0));
+    sum += bsum_[b];
+  }
+  const double target = rng_.uniform() * sum;
+  double cum = 0.0;
+  size_t b = 0;
+  for (; b + 1 < nb && !(target < cum + bsum_[b]); ++b) cum += bsum_[b];
+  const size_t b0 = b * kDrawBlock, b1 = std::min(n, b0 + kDrawBlock);
+  size_t last = b0;  // the block's last token with a nonzero probability (rounding)
+  for (size_t i = b0; i < b1; ++i) {
+    if (!(e_[i] > 0.0f)) continue;
+    cum += e_[i];
+    last = i;
+    if (target < cum) return int32_t(i);
+  }
+  return int32_t(last);
+}
+
+size_t Sampler::collect(std::span<const float> w, float cut) {
+  const size_t n = w.size();
+  if (cands_.size() < n) cands_.resize(n);
+  size_t m = 0, i = 0;
+#if defined(__SSE2__)
+  const __m128 c = _mm_set1_ps(cut);
+  for (; i + 16 <= n; i += 16) {
+    const float* x = w.data() + i;
+    const int mask = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x), c)) |
+                     _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + 4), c)) << 4 |
+                     _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + 8), c)) << 8 |
+                     _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + 12), c)) << 12;
+    for (unsigned bits = unsigned(mask); bits != 0; bits &= bits - 1) {
+      const size_t j = i + size_t(__builtin_ctz(bits));
+      cands_[m++] = {int32_t(j), w[j], 0.0f};
+    }
+  }
+#endif
+  for (; i < n; ++i)
+    if (w[i] >= cut) cands_[m++] = {int32_t(i), w[i], 0.0f};
+  return m;
+}
+
+// Top-k and top-p need the best tokens in order, rarely more than a few hundred of a
+// vocabulary of 262,144: the tokens within `delta` of the largest logit are collected and
+// sorted, delta growing until they hold the top k, or the top-p mass. Every token left out
+// has a lower logit than every token collected, so the collected ones, sorted, are the
+// start of the whole vocabulary's order: the result is that of sorting everything.
+size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
+  const size_t n = w.size();
+  const bool top_k = p_.top_k > 0 && size_t(p_.top_k) < n;
+  const size_t k = top_k ? size_t(p_.top_k) : n;
+  auto by_logit = [](const Cand& a, const Cand& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  // Top-p without top-k normalises over the whole vocabulary.
+  double s_all = 0.0;
+  if (!top_k && p_.top_p < 1.0f) {
+    e_.resize(n);
+    for (size_t i = 0; i < n; ++i) e_[i] = w[i] - mx;
+    ops::exp(e_.data(), e_.data(), int64_t(n));
+    s_all = sum_double(e_.data(), n);
+  }
+  for (float delta = 4.0f;; delta *= 4.0f) {
+    const bool all = delta > 1e30f;
+    const float cut = all ? -std::numeric_limits<float>::infinity() : mx - delta;
+    const size_t m = collect(w, cut);
+    if (top_k && m < k && !all) continue;
+    const size_t keep = std::min(k, m);
+    if (m == 0) return 0;  // no logit is comparable (NaN)
+    std::partial_sort(cands_.begin(), cands_.begin() + ptrdiff_t(keep), cands_.begin() + ptrdiff_t(m), by_logit);
+    if (p_.top_p >= 1.0f) return keep;
+    // Softmax at temperature 1 over the kept tokens (top-k) or the vocabulary, then the
+    // shortest prefix whose probabilities add up to top_p.
+    const float m0 = cands_[0].logit;
+    double s = s_all;
+    if (top_k) s = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cands_[i].p = std::exp(cands_[i].logit - m0);
+      if (top_k) s += cands_[i].p;
+    }
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += float(cands_[i].p / s);
+      if (cum >= p_.top_p) return i + 1;
+    }
+    if (top_k || all || m == n) return std::max<size_t>(1, keep);
   }
 }
 
@@ -114,80 +237,40 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const bool penalties = !history_.empty() &&
                          (p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f);
   if (p_.temperature <= 0.0f && !penalties) return argmax(logits);
-
-  const size_t n = logits.size();
-  cands_.resize(n);
-  for (size_t i = 0; i < n; ++i) cands_[i] = {int32_t(i), logits[i], 0.0f};
-  if (penalties) apply_penalties(cands_);
-
-  if (p_.temperature <= 0.0f) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; ++i)
-      if (cands_[i].logit > cands_[best].logit) best = i;
-    return cands_[best].id;
+  if (logits.empty()) return -1;
+  std::span<const float> w = logits;
+  if (penalties) {
+    work_.assign(logits.begin(), logits.end());
+    apply_penalties(work_);
+    w = work_;
   }
+  const int32_t best = argmax(w);
+  if (p_.temperature <= 0.0f) return best;
+  const float mx = w[size_t(best)];
+  const size_t n = w.size();
 
-  // Candidates are sorted (by logit, then id) only when a filter needs the order.
-  auto by_logit = [](const Cand& a, const Cand& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t keep = n;
-  bool sorted = false;
-  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-    keep = size_t(p_.top_k);
-    std::partial_sort(cands_.begin(), cands_.begin() + ptrdiff_t(keep), cands_.end(), by_logit);
-    sorted = true;
-  }
+  // Without top-k and top-p nothing needs the order: min-p and the draw go over the
+  // vocabulary in id order.
+  if (!((p_.top_k > 0 && size_t(p_.top_k) < n) || p_.top_p < 1.0f))
+    return draw_all(w, mx, p_.min_p > 0.0f ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity());
 
-  auto max_logit = [&] {
-    if (sorted) return cands_[0].logit;
-    float mx = cands_[0].logit;
-    for (size_t i = 1; i < keep; ++i) mx = std::max(mx, cands_[i].logit);
-    return mx;
-  };
-  auto softmax = [&](float inv_temp) {
-    const float mx = max_logit();
-    double sum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cands_[i].p = std::exp((cands_[i].logit - mx) * inv_temp);
-      sum += cands_[i].p;
-    }
-    for (size_t i = 0; i < keep; ++i) cands_[i].p = float(cands_[i].p / sum);
-  };
-
-  if (p_.top_p < 1.0f) {
-    if (!sorted) {
-      std::sort(cands_.begin(), cands_.begin() + ptrdiff_t(keep), by_logit);
-      sorted = true;
-    }
-    softmax(1.0f);
-    double cum = 0.0;
-    size_t k = keep;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += cands_[i].p;
-      if (cum >= p_.top_p) {
-        k = i + 1;
-        break;
-      }
-    }
-    keep = std::max<size_t>(1, k);
-  }
+  size_t keep = ordered_candidates(w, mx);
+  if (keep == 0) return best;
   if (p_.min_p > 0.0f) {
     // p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)
-    const float cut = max_logit() + std::log(p_.min_p);
-    if (sorted) {
-      size_t k = 1;
-      while (k < keep && cands_[k].logit >= cut) ++k;
-      keep = k;
-    } else {
-      size_t k = 0;  // stable, in place
-      for (size_t i = 0; i < keep; ++i)
-        if (cands_[i].logit >= cut) cands_[k++] = cands_[i];
-      keep = k;
-    }
+    const float cut = cands_[0].logit + std::log(p_.min_p);
+    size_t k = 1;
+    while (k < keep && cands_[k].logit >= cut) ++k;
+    keep = k;
   }
-
-  softmax(1.0f / p_.temperature);
+  // Softmax at the temperature over the kept tokens, in order, and the draw.
+  const float inv_temp = 1.0f / p_.temperature, m0 = cands_[0].logit;
+  double sum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cands_[i].p = std::exp((cands_[i].logit - m0) * inv_temp);
+    sum += cands_[i].p;
+  }
+  for (size_t i = 0; i < keep; ++i) cands_[i].p = float(cands_[i].p / sum);
   const double u = rng_.uniform();
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {

@@ -5,6 +5,7 @@
 // Tests spell out only the fields that matter with designated initializers.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -150,6 +151,114 @@ TEST(Sampling, MinPMasks) {
   auto h3 = histogram({.temperature = 1.0f, .min_p = 0.2f, .seed = 3}, l, 4000);
   EXPECT_EQ(h3.size(), 3u);
   EXPECT_FALSE(h3.count(0));
+}
+
+// The filters as plainly as they can be written: every candidate, sorted when an order
+// is needed, then the draw with `u`. The sampler collects only the tokens near the top
+// (Sampler::ordered_candidates); with the same random number it must pick the same token.
+int32_t reference_sample(const SamplingParams& p, const std::vector<float>& logits, double u) {
+  struct C {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  std::vector<C> c;
+  for (size_t i = 0; i < logits.size(); ++i) c.push_back({int32_t(i), logits[i], 0.0f});
+  auto by_logit = [](const C& a, const C& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  std::sort(c.begin(), c.end(), by_logit);
+  size_t keep = c.size();
+  if (p.top_k > 0 && size_t(p.top_k) < keep) keep = size_t(p.top_k);
+  auto softmax = [&](float inv_temp) {
+    double sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      c[i].p = std::exp((c[i].logit - c[0].logit) * inv_temp);
+      sum += c[i].p;
+    }
+    for (size_t i = 0; i < keep; ++i) c[i].p = float(c[i].p / sum);
+  };
+  if (p.top_p < 1.0f) {
+    softmax(1.0f);
+    double cum = 0.0;
+    size_t k = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += c[i].p;
+      if (cum >= p.top_p) {
+        k = i + 1;
+        break;
+      }
+    }
+    keep = std::max<size_t>(1, k);
+  }
+  if (p.min_p > 0.0f) {
+    const float cut = c[0].logit + std::log(p.min_p);
+    size_t k = 1;
+    while (k < keep && c[k].logit >= cut) ++k;
+    keep = k;
+  }
+  softmax(1.0f / p.temperature);
+  double cum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += c[i].p;
+    if (u < cum) return c[i].id;
+  }
+  return c[keep - 1].id;
+}
+
+TEST(Sampling, OrderedFiltersEqualFullSort) {
+  Rng rng(31);
+  const SamplingParams configs[] = {
+      {.temperature = 1.0f, .top_k = 40},
+      {.temperature = 1.0f, .top_p = 0.9f},
+      {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f},
+      {.temperature = 1.3f, .top_p = 0.5f, .min_p = 0.1f},
+      {.temperature = 0.7f, .top_k = 1},
+      {.temperature = 1.0f, .top_k = 3000, .top_p = 0.99f},
+      {.temperature = 1.0f, .top_p = 0.999f},
+  };
+  // Vocabularies of several sizes; logits peaked (a few tokens carry the mass, as in a
+  // trained model), flat (top-p needs most of the vocabulary) and with many ties.
+  for (size_t n : {size_t(50), size_t(1000), size_t(262144)}) {
+    for (int shape = 0; shape < 3; ++shape) {
+      std::vector<float> l(n);
+      for (auto& x : l)
+        x = shape == 0 ? 4.0f * rng.normal() : shape == 1 ? 0.05f * rng.normal() : float(int(rng.next_u64() % 7));
+      for (size_t ci = 0; ci < std::size(configs); ++ci) {
+        SamplingParams p = configs[ci];
+        p.seed = 100 + ci;
+        Sampler s(p);
+        Rng u(p.seed);  // the sampler's stream: one uniform per draw
+        const int draws = n > 1000 ? 4 : 60;
+        for (int d = 0; d < draws; ++d)
+          ASSERT_EQ(s.sample(l), reference_sample(p, l, u.uniform()))
+              << "n " << n << " shape " << shape << " config " << ci << " draw " << d;
+      }
+    }
+  }
+}
+
+// Without top-k and top-p the draw goes over the vocabulary in id order (Sampler::draw_all,
+// blocks of 64): frequencies follow the softmax at the temperature, and min-p excludes
+// exactly the tokens below its cut.
+TEST(Sampling, UnorderedDrawFollowsSoftmax) {
+  Rng rng(41);
+  std::vector<float> l(1000);
+  for (auto& x : l) x = 1.5f * rng.normal();
+  for (float min_p : {0.0f, 0.05f}) {
+    const float temp = 0.7f;
+    SamplingParams p{.temperature = temp, .min_p = min_p, .seed = 9};
+    const float mx = *std::max_element(l.begin(), l.end());
+    const float cut = min_p > 0.0f ? mx + std::log(min_p) : -INFINITY;
+    std::vector<double> prob(l.size());
+    double sum = 0.0;
+    for (size_t i = 0; i < l.size(); ++i) sum += prob[i] = l[i] >= cut ? std::exp(double(l[i] - mx) / temp) : 0.0;
+    const int n_draws = 60000;
+    auto h = histogram(p, l, n_draws);
+    for (const auto& [t, count] : h) ASSERT_GT(prob[size_t(t)], 0.0) << "token " << t << " is below the min-p cut";
+    for (size_t i = 0; i < l.size(); ++i) {
+      const double q = prob[i] / sum, f = double(h.count(int32_t(i)) ? h[int32_t(i)] : 0) / n_draws;
+      EXPECT_NEAR(f, q, 5.0 * std::sqrt(q * (1.0 - q) / n_draws) + 1e-4) << "token " << i;
+    }
+  }
 }
 
 TEST(Sampling, TemperatureSharpens) {

@@ -95,6 +95,9 @@ void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, c
 void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
                         const KvSeqView& seq, int64_t n_kv, float scale, float* out);
 
+// y = e^x of n values, each equal to std::exp(float) (16 at a time on AVX-512). y may be x.
+void exp(const float* x, float* y, int64_t n);
+
 // F32 -> F16 (round to nearest even) of n values.
 void to_f16(const float* x, uint16_t* y, int64_t n);
 
