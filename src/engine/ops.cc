@@ -1,5 +1,6 @@
 #include "engine/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -129,12 +130,22 @@ bool use_avx512() {
 
 }  // namespace
 
-void exp(const float* x, float* y, int64_t n) {
-  if (use_avx512()) {
-    detail::expf_avx512(x, y, n);
-    return;
+double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
+                   double* block_sums) {
+  TS_CHECK(n >= 0 && (!block_sums || block > 0));
+  if (use_avx512()) return detail::exp_shifted_avx512(x, n, shift, scale, cut, y, block, block_sums);
+  double total = 0.0;
+  const int64_t bl = block_sums ? block : std::max<int64_t>(n, 1);
+  for (int64_t b0 = 0, bi = 0; b0 < n; b0 += bl, ++bi) {
+    double s = 0.0;
+    for (int64_t i = b0; i < std::min(n, b0 + bl); ++i) {
+      y[i] = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
+      s += double(y[i]);
+    }
+    if (block_sums) block_sums[bi] = s;
+    total += s;
   }
-  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+  return total;
 }
 
 // llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no

@@ -34,6 +34,9 @@ void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 void swiglu_avx2(const float* g, const float* u, float* y, int64_t n);
 // AVX-512 ops::swiglu (silu_avx512.cc): bit-identical to swiglu_avx2, 16 lanes at a time.
 void swiglu_avx512(const float* g, const float* u, float* y, int64_t n);
+// ops::exp_shifted with a float exp within 2 ulp, 16 at a time (softmax_avx512.cc).
+double exp_shifted_avx512(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
+                          double* block_sums);
 // y = std::exp(x) bit for bit, 16 at a time (expf_avx512.h; for tests).
 void expf_avx512(const float* x, float* y, int64_t n);
 // AVX-512 version of attention_group_avx2 with bit-identical results (attn_avx512.cc), for

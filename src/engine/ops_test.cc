@@ -354,6 +354,43 @@ TEST(Activations, VectorExpEqualsLibmExpf) {
   EXPECT_TRUE(std::isnan(y[0]));
 }
 
+// The softmax exponentials of sampling: within 4 ulp of std::exp (2^-149 absolute in the
+// subnormal range), 0 below the cut and for NaN, block sums that add up to the total.
+TEST(Activations, ExpShiftedWithinUlpsAndSumsBlocks) {
+  std::vector<float> x;
+  for (uint32_t b = 0; b < 0xffffff00u; b += 4099) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (f >= -120.0f && f <= 80.0f) x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, -87.33f, -103.97f, -104.5f, -1e30f, -std::numeric_limits<float>::infinity(),
+                  std::nanf("")})
+    x.push_back(f);
+  const float shift = 3.0f, scale = 0.75f, cut = -100.0f;
+  std::vector<float> y(x.size());
+  const int64_t block = 64, nb = (int64_t(x.size()) + block - 1) / block;
+  std::vector<double> sums(static_cast<size_t>(nb));
+  const double total = ops::exp_shifted(x.data(), int64_t(x.size()), shift, scale, cut, y.data(), block, sums.data());
+  double total_ref = 0.0, blocks = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float ref = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
+    total_ref += double(ref);
+    if (!(x[i] >= cut)) {
+      ASSERT_EQ(y[i], 0.0f) << "x " << x[i];
+      continue;
+    }
+    const float ulp = std::max(std::nextafter(ref, INFINITY) - ref, std::numeric_limits<float>::denorm_min());
+    ASSERT_LE(std::fabs(y[i] - ref), 4.0f * ulp) << std::hexfloat << "x " << x[i] << ": " << y[i] << ", libm " << ref;
+  }
+  for (double s : sums) blocks += s;
+  EXPECT_NEAR(total, blocks, 1e-12 * total);
+  EXPECT_NEAR(total, total_ref, 1e-6 * total_ref);
+  // Without block sums: the same values and total.
+  std::vector<float> y2(x.size());
+  EXPECT_NEAR(ops::exp_shifted(x.data(), int64_t(x.size()), shift, scale, cut, y2.data()), total, 1e-12 * total);
+  EXPECT_EQ(y2, y);
+}
+
 TEST(Perf, LogitsHashIsFnv1a) {
   // One word-wise FNV-1a step per float.
   const float one = 1.0f;  // 0x3f800000

@@ -116,38 +116,17 @@ namespace {
 
 constexpr size_t kDrawBlock = 64;
 
-// Sum of v[0, n) in double, 8 chains (the exps of a vocabulary: 262,144 terms).
-double sum_double(const float* v, size_t n) {
-  double a[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) a[k] += double(v[i + size_t(k)]);
-  for (; i < n; ++i) a[0] += double(v[i]);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 }  // namespace
 
 // Temperature softmax over the whole vocabulary in id order (tokens below `cut` get
 // probability 0), then the token where the cumulative sum passes u * sum: the exps 16 at a
-// time (ops::exp, libm's values), the sums per block of 64, so the draw reads one block.
+// time (ops::exp_shifted), the sums per block of 64, so the draw reads one block.
 int32_t Sampler::draw_all(std::span<const float> w, float mx, float cut) {
-  const size_t n = w.size();
+  const size_t n = w.size(), nb = (n + kDrawBlock - 1) / kDrawBlock;
   e_.resize(n);
-  const float inv_temp = 1.0f / p_.temperature;
-  for (size_t i = 0; i < n; ++i) e_[i] = (w[i] - mx) * inv_temp;
-  ops::exp(e_.data(), e_.data(), int64_t(n));
-  if (cut > -std::numeric_limits<float>::infinity())
-    for (size_t i = 0; i < n; ++i)
-      if (!(w[i] >= cut)) e_[i] = 0.0f;
-  const size_t nb = (n + kDrawBlock - 1) / kDrawBlock;
   bsum_.resize(nb);
-  double sum = 0.0;
-  for (size_t b = 0; b < nb; ++b) {
-    const size_t b0 = b * kDrawBlock;
-    bsum_[b] = sum_double(e_.data() + b0, std::min(kDrawBlock, n - b0));
-    sum += bsum_[b];
-  }
+  const double sum = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f / p_.temperature, cut, e_.data(),
+                                      int64_t(kDrawBlock), bsum_.data());
   const double target = rng_.uniform() * sum;
   double cum = 0.0;
   size_t b = 0;
@@ -202,9 +181,7 @@ size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
   double s_all = 0.0;
   if (!top_k && p_.top_p < 1.0f) {
     e_.resize(n);
-    for (size_t i = 0; i < n; ++i) e_[i] = w[i] - mx;
-    ops::exp(e_.data(), e_.data(), int64_t(n));
-    s_all = sum_double(e_.data(), n);
+    s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), e_.data());
   }
   for (float delta = 4.0f;; delta *= 4.0f) {
     const bool all = delta > 1e30f;

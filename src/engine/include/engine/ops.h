@@ -95,8 +95,12 @@ void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, c
 void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_head,
                         const KvSeqView& seq, int64_t n_kv, float scale, float* out);
 
-// y = e^x of n values, each equal to std::exp(float) (16 at a time on AVX-512). y may be x.
-void exp(const float* x, float* y, int64_t n);
+// The exponentials of a softmax: y[i] = e^((x[i] - shift) * scale) where x[i] >= cut, else
+// 0 (NaN: 0), and their sum in double; with block_sums, also the sum of every `block`
+// values (block_sums[i / block]). Within a few ulp of std::exp (a float exp, 16 at a time
+// on AVX-512): for sampling, where the distribution matters, not the last bit.
+double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block = 0,
+                   double* block_sums = nullptr);
 
 // F32 -> F16 (round to nearest even) of n values.
 void to_f16(const float* x, uint16_t* y, int64_t n);
