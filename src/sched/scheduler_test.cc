@@ -511,7 +511,9 @@ TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
   const Plan p2 = run_step(*s2, e2, clock);
   EXPECT_LE(p2.n_tokens(), 64);
   for (const PlanEntry& en : p2.entries)
-    if (en.id == 100) EXPECT_LE(en.n_tokens, 19);
+    if (en.id == 100) {
+      EXPECT_LE(en.n_tokens, 19);
+    }
 
   c.tiers[0].burst_tokens = -1;
   EXPECT_FALSE(Scheduler::create(c).is_ok());
@@ -606,7 +608,9 @@ TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
     const Plan p = run_step(*s, e, clock);
     excl.push_back(p.exclusive);
     standard.push_back(p.tiers[1].tokens_planned);
-    if (!p.exclusive) EXPECT_GE(p.tiers[1].tokens_planned, p.tiers[1].tokens_floor);
+    if (!p.exclusive) {
+      EXPECT_GE(p.tiers[1].tokens_planned, p.tiers[1].tokens_floor);
+    }
   }
   const int w = c.share_window_steps;
   int64_t n_excl = 0;
@@ -668,7 +672,9 @@ TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
     // Adversarial arrivals: a fast request arrives during every interruptible step (and
     // during every other step too in the second half), so each such step is abandoned.
     const bool arrive = p.interruptible || i >= 300;
-    if (arrive) ASSERT_TRUE(s->submit(req(id++, 0, 8, 2), clock.now_ns()).accepted);
+    if (arrive) {
+      ASSERT_TRUE(s->submit(req(id++, 0, 8, 2), clock.now_ns()).accepted);
+    }
     StepUpdate u;
     if (p.interruptible) {
       ++n_interrupted;
