@@ -39,8 +39,63 @@ inline int q8_block32(const float* x, int8_t* qs, float* d_out) {
   return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
 }
 
+// Lane k: op over the 16 lanes of v[k] (op associative and commutative, so exact for max
+// and integer sums in any order). A transposing tree: each level combines two registers'
+// worth of halves, and leaves v[p] in lane 4 * (p % 4) + p / 4, undone by one permutation.
+template <typename Op>
+inline __m512 reduce16x16(const __m512* v, Op op) {
+  __m512 t[8], u[4], w[2];
+  for (int i = 0; i < 8; ++i)
+    t[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    u[i] = op(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88), _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    w[i] = op(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xEE));
+  const __m512 f = op(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+}
+
+// 16 consecutive 32-blocks as q8_block32 quantizes each, their scales and sums a lane each,
+// so the per-block reductions and divisions go 16 at a time: *d_full gets d (not rounded),
+// the return value the sums of q.
+inline __m512i q8_blocks16(const float* x, int8_t* qs, __m512* d_full) {
+  __m512 m[16];
+  for (int k = 0; k < 16; ++k)
+    m[k] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * k)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * k + 16)));
+  const __m512 amax = reduce16x16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+  *d_full = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  alignas(64) float id[16];
+  _mm512_store_ps(id, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), amax));
+  constexpr int kEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m512 s[16];
+  for (int k = 0; k < 16; ++k) {
+    const __m512 vid = _mm512_set1_ps(id[k]);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * k), vid), kEven));
+    const __m512i q1 =
+        _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * k + 16), vid), kEven));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * k), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * k + 16), _mm512_cvtepi32_epi8(q1));
+    s[k] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+  }
+  return _mm512_castps_si512(reduce16x16(s, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }));
+}
+
+inline __m512 round_f16_16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 void q8_0(const float* x, int64_t n, int offset, int8_t* qs, float* d, int32_t* corr) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  int64_t i = 0;
+  for (; i + 16 <= n / kQK; i += 16) {
+    __m512 dfull;
+    const __m512i sums = q8_blocks16(x + i * kQK, qs + i * kQK, &dfull);
+    _mm512_storeu_ps(d + i, round_f16_16(dfull));
+    _mm512_storeu_si512(corr + i, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-offset)));
+  }
+  for (; i < n / kQK; ++i) {
     float dfull;
     corr[i] = -offset * q8_block32(x + i * kQK, qs + i * kQK, &dfull);
     d[i] = fp16_to_f32(f32_to_fp16(dfull));
@@ -48,7 +103,15 @@ void q8_0(const float* x, int64_t n, int offset, int8_t* qs, float* d, int32_t* 
 }
 
 void q8_1(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  int64_t i = 0;
+  for (; i + 16 <= n / kQK; i += 16) {
+    __m512 dfull;
+    const __m512i sums = q8_blocks16(x + i * kQK, qs + i * kQK, &dfull);
+    _mm512_storeu_ps(d + i, round_f16_16(dfull));
+    // s uses the unrounded d
+    _mm512_storeu_ps(s + i, round_f16_16(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), dfull)));
+  }
+  for (; i < n / kQK; ++i) {
     float dfull;
     const int sum = q8_block32(x + i * kQK, qs + i * kQK, &dfull);
     d[i] = fp16_to_f32(f32_to_fp16(dfull));

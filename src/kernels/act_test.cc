@@ -35,8 +35,7 @@ std::vector<std::vector<float>> test_rows(int64_t n) {
   return rows;
 }
 
-TEST(Act, EveryPathMatchesScalarBytes) {
-  const int64_t n = 256 * 3;
+void check_every_path(int64_t n) {
   const ActRowFns& ref = act_row_fns(Isa::kScalar);
   for (Isa isa : testing::isas_here()) {
     const ActRowFns& f = act_row_fns(isa);
@@ -74,6 +73,12 @@ TEST(Act, EveryPathMatchesScalarBytes) {
       }
     }
   }
+}
+
+TEST(Act, EveryPathMatchesScalarBytes) {
+  // 768: one group of 16 blocks (the AVX-512 converters' unit) and 8 single blocks.
+  // 4864: 9 groups and 8 blocks (Qwen2 0.5B's FFN width).
+  for (int64_t n : {256 * 3, 256 * 19}) check_every_path(n);
 }
 
 TEST(Act, Q8ActivationsRoundTiesToEvenLikeLlamaCppOnX86) {

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/traits.h"
+#include "act.h"
 #include "matmul_internal.h"
 #include "test_util.h"
 
@@ -112,7 +113,27 @@ void bm_matmul(benchmark::State& st, DType t, Isa isa, Shape s, int n_tok, int t
   st.counters["tok/s"] = benchmark::Counter(n_tok, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Activation conversion for Q8_0 weights (ActRowFns::q8_0), one row of `cols` floats:
+// what every matmul over Q8_0/Q4_0/Q5_0 weights does to each token first.
+void bm_act_q8_0(benchmark::State& st, Isa isa, int64_t cols) {
+  Rng rng(7);
+  const auto x = testing::random_floats(rng, cols);
+  std::vector<int8_t> qs(static_cast<size_t>(cols));
+  std::vector<float> d(size_t(cols / 32));
+  std::vector<int32_t> corr(size_t(cols / 32));
+  const ActRowFns& f = act_row_fns(isa);
+  for (auto _ : st) {
+    f.q8_0(x.data(), cols, 128, qs.data(), d.data(), corr.data());
+    benchmark::DoNotOptimize(qs.data());
+  }
+  st.counters["floats/s"] = benchmark::Counter(double(cols), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
+  for (Isa isa : testing::isas_here())
+    for (int64_t cols : {768, 2048})
+      benchmark::RegisterBenchmark(("act/q8_0/" + std::string(isa_name(isa)) + "/" + std::to_string(cols)).c_str(),
+                                   bm_act_q8_0, isa, cols);
   for (int threads : {1, 2})
     benchmark::RegisterBenchmark(("roofline/read/t" + std::to_string(threads)).c_str(), bm_read, threads)
         ->UseRealTime();
