@@ -113,17 +113,19 @@ void bm_matmul(benchmark::State& st, DType t, Isa isa, Shape s, int n_tok, int t
   st.counters["tok/s"] = benchmark::Counter(n_tok, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Activation conversion for Q8_0 weights (ActRowFns::q8_0), one row of `cols` floats:
-// what every matmul over Q8_0/Q4_0/Q5_0 weights does to each token first.
-void bm_act_q8_0(benchmark::State& st, Isa isa, int64_t cols) {
+// Activation conversion (ActRowFns) of one row of `cols` floats: what every matmul does
+// to each token first. q8_0: for Q8_0/Q4_0/Q5_0 weights; q8_k: for the K-quants.
+void bm_act(benchmark::State& st, Isa isa, bool k_quant, int64_t cols) {
   Rng rng(7);
   const auto x = testing::random_floats(rng, cols);
   std::vector<int8_t> qs(static_cast<size_t>(cols));
-  std::vector<float> d(size_t(cols / 32));
-  std::vector<int32_t> corr(size_t(cols / 32));
+  std::vector<float> d(static_cast<size_t>(cols / 32));
+  std::vector<int32_t> corr(static_cast<size_t>(cols / 16));
+  std::vector<int16_t> xs(static_cast<size_t>(cols / 32));
   const ActRowFns& f = act_row_fns(isa);
   for (auto _ : st) {
-    f.q8_0(x.data(), cols, 128, qs.data(), d.data(), corr.data());
+    if (k_quant) f.q8_k(x.data(), cols, qs.data(), d.data(), corr.data(), xs.data());
+    else f.q8_0(x.data(), cols, 128, qs.data(), d.data(), corr.data());
     benchmark::DoNotOptimize(qs.data());
   }
   st.counters["floats/s"] = benchmark::Counter(double(cols), benchmark::Counter::kIsIterationInvariantRate);
@@ -131,9 +133,13 @@ void bm_act_q8_0(benchmark::State& st, Isa isa, int64_t cols) {
 
 void register_all() {
   for (Isa isa : testing::isas_here())
-    for (int64_t cols : {768, 2048})
-      benchmark::RegisterBenchmark(("act/q8_0/" + std::string(isa_name(isa)) + "/" + std::to_string(cols)).c_str(),
-                                   bm_act_q8_0, isa, cols);
+    for (bool k_quant : {false, true})
+      for (int64_t cols : {768, 2048}) {
+        if (k_quant && cols % 256 != 0) continue;
+        const std::string name = std::string("act/") + (k_quant ? "q8_k/" : "q8_0/") + isa_name(isa) + "/" +
+                                 std::to_string(cols);
+        benchmark::RegisterBenchmark(name.c_str(), bm_act, isa, k_quant, cols);
+      }
   for (int threads : {1, 2})
     benchmark::RegisterBenchmark(("roofline/read/t" + std::to_string(threads)).c_str(), bm_read, threads)
         ->UseRealTime();
