@@ -15,6 +15,16 @@ namespace ts::engine::ops {
 
 namespace {
 
+bool use_avx2() {
+  static const bool yes = cpu_features().avx2;
+  return yes;
+}
+
+bool use_avx512() {
+  static const bool yes = cpu_features().avx512 && cpu_features().avx2;
+  return yes;
+}
+
 void rms_norm_scale(const float* x, const float* w, float* y, int64_t n, float eps, double sum) {
   const float mean = float(sum / double(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
@@ -36,15 +46,20 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
 void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
                    int64_t n, float eps) {
   constexpr int kRows = 8;  // independent chains in flight (measured 3.4x one row at a time)
+  const bool avx2 = use_avx2();
   int64_t r = 0;
   for (; r + kRows <= n_rows; r += kRows) {
     const float* xr = x + r * x_stride;
     double sum[kRows] = {};
-    for (int64_t i = 0; i < n; ++i) {
+    if (avx2) {
+      detail::sum_squares8_avx2(xr, x_stride, n, sum);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
 #pragma GCC unroll 8
-      for (int k = 0; k < kRows; ++k) {
-        const float v = xr[k * x_stride + i];
-        sum[k] += double(v * v);
+        for (int k = 0; k < kRows; ++k) {
+          const float v = xr[k * x_stride + i];
+          sum[k] += double(v * v);
+        }
       }
     }
     for (int k = 0; k < kRows; ++k)
@@ -116,16 +131,6 @@ void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_
   }
   const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
   for (int d = 0; d < dv; ++d) out[d] = fp16_to_f32(acc[d]) * inv;
-}
-
-bool use_avx2() {
-  static const bool yes = cpu_features().avx2;
-  return yes;
-}
-
-bool use_avx512() {
-  static const bool yes = cpu_features().avx512 && cpu_features().avx2;
-  return yes;
 }
 
 }  // namespace

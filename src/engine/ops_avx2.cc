@@ -237,3 +237,55 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
 }
 
 }  // namespace ts::engine::ops::detail
+
+namespace ts::engine::ops::detail {
+
+// Per row, sum[k] += double(x * x) over i = 0..n-1 in order, as rms_norm's loop adds: 8
+// rows at a time, the squares of an 8x8 tile transposed so that one register holds element
+// i of rows 0-3 (and one of rows 4-7), whose 4 double sums then advance together.
+void sum_squares8_avx2(const float* x, int64_t stride, int64_t n, double* sum) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm256_loadu_ps(x + k * stride + i);
+      r[k] = _mm256_mul_ps(r[k], r[k]);
+    }
+    __m256 t[8], s[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < 8; k += 2) {
+      t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+      t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < 8; k += 4) {
+      s[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+      s[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+      s[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+      s[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    // Column j: element i + j of rows 0..7.
+    __m256 c[8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      c[j] = _mm256_permute2f128_ps(s[j], s[j + 4], 0x20);
+      c[j + 4] = _mm256_permute2f128_ps(s[j], s[j + 4], 0x31);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(c[j])));
+      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(c[j], 1)));
+    }
+  }
+  _mm256_storeu_pd(sum, lo);
+  _mm256_storeu_pd(sum + 4, hi);
+  for (; i < n; ++i)
+    for (int k = 0; k < 8; ++k) {
+      const float v = x[k * stride + i];
+      sum[k] += double(v * v);
+    }
+}
+
+}  // namespace ts::engine::ops::detail

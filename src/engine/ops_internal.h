@@ -30,6 +30,9 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                           int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch);
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
+// rms_norm's sums of squares of 8 rows `stride` floats apart, each in its loop's order
+// (ops_avx2.cc).
+void sum_squares8_avx2(const float* x, int64_t stride, int64_t n, double* sum);
 // AVX2+FMA ops::swiglu (silu_avx2.cc): in-register exp, within a few ulp of silu().
 void swiglu_avx2(const float* g, const float* u, float* y, int64_t n);
 // AVX-512 ops::swiglu (silu_avx512.cc): bit-identical to swiglu_avx2, 16 lanes at a time.
