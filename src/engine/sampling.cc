@@ -97,55 +97,36 @@ void Sampler::accept(int32_t token) {
   history_.push_back(token);
 }
 
-void Sampler::apply_penalties(std::vector<float>& l) {
-  // As in llama.cpp: logit / repeat_penalty when positive, * when not; then minus
-  // count * frequency and presence once.
-  if (counts_.size() < l.size()) counts_.assign(l.size(), 0);
-  for (int32_t t : history_)
-    if (t >= 0 && size_t(t) < l.size()) ++counts_[size_t(t)];
-  for (int32_t t : history_) {
-    if (t < 0 || size_t(t) >= l.size() || counts_[size_t(t)] == 0) continue;
-    float& x = l[size_t(t)];
-    x = x <= 0.0f ? x * p_.repeat_penalty : x / p_.repeat_penalty;
-    x -= float(counts_[size_t(t)]) * p_.frequency_penalty + p_.presence_penalty;
-    counts_[size_t(t)] = 0;  // applied once per distinct token; leaves counts_ zeroed
-  }
-}
-
 namespace {
 
 constexpr size_t kDrawBlock = 64;
 
-}  // namespace
+struct Cand {
+  int32_t id;
+  float logit;
+  float p;
+};
 
-// Temperature softmax over the whole vocabulary in id order (tokens below `cut` get
-// probability 0), then the token where the cumulative sum passes u * sum: the exps 16 at a
-// time (ops::exp_shifted), the sums per block of 64, so the draw reads one block.
-int32_t Sampler::draw_all(std::span<const float> w, float mx, float cut) {
-  const size_t n = w.size(), nb = (n + kDrawBlock - 1) / kDrawBlock;
-  e_.resize(n);
-  bsum_.resize(nb);
-  const double sum = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f / p_.temperature, cut, e_.data(),
-                                      int64_t(kDrawBlock), bsum_.data());
-  const double target = rng_.uniform() * sum;
-  double cum = 0.0;
-  size_t b = 0;
-  for (; b + 1 < nb && !(target < cum + bsum_[b]); ++b) cum += bsum_[b];
-  const size_t b0 = b * kDrawBlock, b1 = std::min(n, b0 + kDrawBlock);
-  size_t last = b0;  // the block's last token with a nonzero probability (rounding)
-  for (size_t i = b0; i < b1; ++i) {
-    if (!(e_[i] > 0.0f)) continue;
-    cum += e_[i];
-    last = i;
-    if (target < cum) return int32_t(i);
-  }
-  return int32_t(last);
+// The working memory of sampling one token, per thread: a server samples many sequences
+// on the same few threads, and nothing of it lives from one call to the next (for Gemma 3's
+// vocabulary, 1 MB of exponentials, and as much for logits with penalties).
+struct Scratch {
+  std::vector<Cand> cands;     // collected candidates
+  std::vector<float> work, e;  // logits with penalties; exponentials
+  std::vector<double> bsum;    // draw_all's sums per block
+  std::vector<int32_t> counts; // per token id, left all zero
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
 }
 
-size_t Sampler::collect(std::span<const float> w, float cut) {
+// Tokens with logit >= cut into cands (id order).
+void collect(std::span<const float> w, float cut, std::vector<Cand>& cands) {
   const size_t n = w.size();
-  if (cands_.size() < n) cands_.resize(n);
-  size_t m = 0, i = 0;
+  cands.clear();
+  size_t i = 0;
 #if defined(__SSE2__)
   const __m128 c = _mm_set1_ps(cut);
   for (; i + 16 <= n; i += 16) {
@@ -156,13 +137,58 @@ size_t Sampler::collect(std::span<const float> w, float cut) {
                      _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + 12), c)) << 12;
     for (unsigned bits = unsigned(mask); bits != 0; bits &= bits - 1) {
       const size_t j = i + size_t(__builtin_ctz(bits));
-      cands_[m++] = {int32_t(j), w[j], 0.0f};
+      cands.push_back({int32_t(j), w[j], 0.0f});
     }
   }
 #endif
   for (; i < n; ++i)
-    if (w[i] >= cut) cands_[m++] = {int32_t(i), w[i], 0.0f};
-  return m;
+    if (w[i] >= cut) cands.push_back({int32_t(i), w[i], 0.0f});
+}
+
+}  // namespace
+
+void Sampler::apply_penalties(std::vector<float>& l) {
+  // As in llama.cpp: logit / repeat_penalty when positive, * when not; then minus
+  // count * frequency and presence once.
+  std::vector<int32_t>& counts = scratch().counts;
+  if (counts.size() < l.size()) counts.resize(l.size(), 0);
+  for (int32_t t : history_)
+    if (t >= 0 && size_t(t) < l.size()) ++counts[size_t(t)];
+  for (int32_t t : history_) {
+    if (t < 0 || size_t(t) >= l.size() || counts[size_t(t)] == 0) continue;
+    float& x = l[size_t(t)];
+    x = x <= 0.0f ? x * p_.repeat_penalty : x / p_.repeat_penalty;
+    x -= float(counts[size_t(t)]) * p_.frequency_penalty + p_.presence_penalty;
+    counts[size_t(t)] = 0;  // applied once per distinct token; leaves counts zeroed
+  }
+}
+
+
+// Temperature softmax over the whole vocabulary in id order (tokens below `cut` get
+// probability 0), then the token where the cumulative sum passes u * sum: the exps 16 at a
+// time (ops::exp_shifted), the sums per block of 64, so the draw reads one block.
+int32_t Sampler::draw_all(std::span<const float> w, float mx, float cut) {
+  const size_t n = w.size(), nb = (n + kDrawBlock - 1) / kDrawBlock;
+  Scratch& sc = scratch();
+  std::vector<float>& ex = sc.e;
+  std::vector<double>& bsum = sc.bsum;
+  ex.resize(n);
+  bsum.resize(nb);
+  const double sum = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f / p_.temperature, cut, ex.data(),
+                                      int64_t(kDrawBlock), bsum.data());
+  const double target = rng_.uniform() * sum;
+  double cum = 0.0;
+  size_t b = 0;
+  for (; b + 1 < nb && !(target < cum + bsum[b]); ++b) cum += bsum[b];
+  const size_t b0 = b * kDrawBlock, b1 = std::min(n, b0 + kDrawBlock);
+  size_t last = b0;  // the block's last token with a nonzero probability (rounding)
+  for (size_t i = b0; i < b1; ++i) {
+    if (!(ex[i] > 0.0f)) continue;
+    cum += ex[i];
+    last = i;
+    if (target < cum) return int32_t(i);
+  }
+  return int32_t(last);
 }
 
 // Top-k and top-p need the best tokens in order, rarely more than a few hundred of a
@@ -174,36 +200,40 @@ size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
   const size_t n = w.size();
   const bool top_k = p_.top_k > 0 && size_t(p_.top_k) < n;
   const size_t k = top_k ? size_t(p_.top_k) : n;
+  Scratch& sc = scratch();
+  std::vector<Cand>& cands = sc.cands;
+  std::vector<float>& ex = sc.e;
   auto by_logit = [](const Cand& a, const Cand& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
   // Top-p without top-k normalises over the whole vocabulary.
   double s_all = 0.0;
   if (!top_k && p_.top_p < 1.0f) {
-    e_.resize(n);
-    s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), e_.data());
+    ex.resize(n);
+    s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), ex.data());
   }
   for (float delta = 4.0f;; delta *= 4.0f) {
     const bool all = delta > 1e30f;
     const float cut = all ? -std::numeric_limits<float>::infinity() : mx - delta;
-    const size_t m = collect(w, cut);
+    collect(w, cut, cands);
+    const size_t m = cands.size();
     if (top_k && m < k && !all) continue;
     const size_t keep = std::min(k, m);
     if (m == 0) return 0;  // no logit is comparable (NaN)
-    std::partial_sort(cands_.begin(), cands_.begin() + ptrdiff_t(keep), cands_.begin() + ptrdiff_t(m), by_logit);
+    std::partial_sort(cands.begin(), cands.begin() + ptrdiff_t(keep), cands.begin() + ptrdiff_t(m), by_logit);
     if (p_.top_p >= 1.0f) return keep;
     // Softmax at temperature 1 over the kept tokens (top-k) or the vocabulary, then the
     // shortest prefix whose probabilities add up to top_p.
-    const float m0 = cands_[0].logit;
+    const float m0 = cands[0].logit;
     double s = s_all;
     if (top_k) s = 0.0;
     for (size_t i = 0; i < keep; ++i) {
-      cands_[i].p = std::exp(cands_[i].logit - m0);
-      if (top_k) s += cands_[i].p;
+      cands[i].p = std::exp(cands[i].logit - m0);
+      if (top_k) s += cands[i].p;
     }
     double cum = 0.0;
     for (size_t i = 0; i < keep; ++i) {
-      cum += float(cands_[i].p / s);
+      cum += float(cands[i].p / s);
       if (cum >= p_.top_p) return i + 1;
     }
     if (top_k || all || m == n) return std::max<size_t>(1, keep);
@@ -215,11 +245,12 @@ int32_t Sampler::sample(std::span<const float> logits) {
                          (p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f);
   if (p_.temperature <= 0.0f && !penalties) return argmax(logits);
   if (logits.empty()) return -1;
+  Scratch& sc = scratch();
   std::span<const float> w = logits;
   if (penalties) {
-    work_.assign(logits.begin(), logits.end());
-    apply_penalties(work_);
-    w = work_;
+    sc.work.assign(logits.begin(), logits.end());
+    apply_penalties(sc.work);
+    w = sc.work;
   }
   const int32_t best = argmax(w);
   if (p_.temperature <= 0.0f) return best;
@@ -233,28 +264,29 @@ int32_t Sampler::sample(std::span<const float> logits) {
 
   size_t keep = ordered_candidates(w, mx);
   if (keep == 0) return best;
+  std::vector<Cand>& cands = sc.cands;
   if (p_.min_p > 0.0f) {
     // p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)
-    const float cut = cands_[0].logit + std::log(p_.min_p);
+    const float cut = cands[0].logit + std::log(p_.min_p);
     size_t k = 1;
-    while (k < keep && cands_[k].logit >= cut) ++k;
+    while (k < keep && cands[k].logit >= cut) ++k;
     keep = k;
   }
   // Softmax at the temperature over the kept tokens, in order, and the draw.
-  const float inv_temp = 1.0f / p_.temperature, m0 = cands_[0].logit;
+  const float inv_temp = 1.0f / p_.temperature, m0 = cands[0].logit;
   double sum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    cands_[i].p = std::exp((cands_[i].logit - m0) * inv_temp);
-    sum += cands_[i].p;
+    cands[i].p = std::exp((cands[i].logit - m0) * inv_temp);
+    sum += cands[i].p;
   }
-  for (size_t i = 0; i < keep; ++i) cands_[i].p = float(cands_[i].p / sum);
+  for (size_t i = 0; i < keep; ++i) cands[i].p = float(cands[i].p / sum);
   const double u = rng_.uniform();
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    cum += cands_[i].p;
-    if (u < cum) return cands_[i].id;
+    cum += cands[i].p;
+    if (u < cum) return cands[i].id;
   }
-  return cands_[keep - 1].id;
+  return cands[keep - 1].id;
 }
 
 }  // namespace ts::engine

@@ -44,28 +44,17 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
  private:
-  struct Cand {
-    int32_t id;
-    float logit;
-    float p;
-  };
   void apply_penalties(std::vector<float>& logits);
   // Draw from the softmax at the sampling temperature over the whole vocabulary in id
   // order, tokens below `cut` excluded (min-p).
   int32_t draw_all(std::span<const float> w, float mx, float cut);
-  // The candidates of top-k and top-p in order (logit descending, id ascending): cands_
-  // holds them, the return value is how many are kept.
+  // The candidates of top-k and top-p in order (logit descending, id ascending), in the
+  // thread's scratch (sampling.cc); the return value is how many are kept.
   size_t ordered_candidates(std::span<const float> w, float mx);
-  // Tokens with logit >= cut into cands_ (id order); how many.
-  size_t collect(std::span<const float> w, float cut);
 
   SamplingParams p_;
   Rng rng_;
   std::vector<int32_t> history_;  // most recent last, at most penalty_last_n
-  std::vector<Cand> cands_;       // reused between calls
-  std::vector<float> work_, e_;   // logits with penalties, exps: reused, n_vocab each
-  std::vector<double> bsum_;      // draw_all's sums per block, reused
-  std::vector<int32_t> counts_;   // per token id, reused
 };
 
 // Index of the largest value (first on ties); -1 for an empty span.
