@@ -1,12 +1,12 @@
 #include "engine/sampling.h"
 
-#include "engine/ops.h"
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
 #include <string>
+
+#include "engine/ops.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -212,8 +212,9 @@ size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
     ex.resize(n);
     s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), ex.data());
   }
+  // Past a spread of 1e4 (e^-1e4 is 0 in float) the rest is taken at once.
   for (float delta = 4.0f;; delta *= 4.0f) {
-    const bool all = delta > 1e30f;
+    const bool all = delta > 1e4f;
     const float cut = all ? -std::numeric_limits<float>::infinity() : mx - delta;
     collect(w, cut, cands);
     const size_t m = cands.size();

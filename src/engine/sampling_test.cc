@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <vector>
@@ -218,10 +219,20 @@ TEST(Sampling, OrderedFiltersEqualFullSort) {
   // Vocabularies of several sizes; logits peaked (a few tokens carry the mass, as in a
   // trained model), flat (top-p needs most of the vocabulary) and with many ties.
   for (size_t n : {size_t(50), size_t(1000), size_t(262144)}) {
-    for (int shape = 0; shape < 3; ++shape) {
+    for (int shape = 0; shape < 4; ++shape) {
+      // 3: a few finite logits among -inf, -1e30 and values 1e5 below (the candidates'
+      // spread grows until it takes everything).
       std::vector<float> l(n);
-      for (auto& x : l)
-        x = shape == 0 ? 4.0f * rng.normal() : shape == 1 ? 0.05f * rng.normal() : float(int(rng.next_u64() % 7));
+      for (auto& x : l) {
+        const uint64_t r = rng.next_u64();
+        x = shape == 0   ? 4.0f * rng.normal()
+            : shape == 1 ? 0.05f * rng.normal()
+            : shape == 2 ? float(int(r % 7))
+            : r % 5 == 0 ? rng.normal()
+            : r % 5 == 1 ? -1e5f + rng.normal()
+            : r % 5 == 2 ? -1e30f
+                         : -std::numeric_limits<float>::infinity();
+      }
       for (size_t ci = 0; ci < std::size(configs); ++ci) {
         SamplingParams p = configs[ci];
         p.seed = 100 + ci;
