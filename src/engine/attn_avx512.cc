@@ -154,8 +154,8 @@ TS_ATTN_INLINE void update_acc(uint16_t* acc, const VRow* v, float vsc, bool mov
 // key and query by query, so that the chains of all queries overlap each other; the
 // accumulators stay in memory as F16 (update_acc).
 template <int D, typename V>
-inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                                      uint16_t (*acc)[D], V&& vrow) {
+inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
+                                      float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries && kMaxSeqQueries <= 32);
   alignas(64) float f_ms[kChunk][kMaxSeqQueries], f_vsc[kChunk][kMaxSeqQueries];
   uint32_t moved[kChunk] = {};  // bit i: query i's max moved at this key (its accumulator rescales)
@@ -165,9 +165,12 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
     __m512 mv = _mm512_maskz_loadu_ps(lanes, m + b);
     __m512 sv = _mm512_maskz_loadu_ps(lanes, s_sum + b);
     const __m512i cv = _mm512_maskz_loadu_epi32(lanes, ci + b);
+    const __m512i lv = lo ? _mm512_maskz_loadu_epi32(lanes, lo + b) : _mm512_setzero_si512();
     for (int j = 0; j < c; ++j) {
-      const __mmask16 act = lanes & _mm512_cmpgt_epi32_mask(cv, _mm512_set1_epi32(j));
-      if (act == 0) break;  // no query takes this key, nor any later one
+      const __mmask16 before_end = lanes & _mm512_cmpgt_epi32_mask(cv, _mm512_set1_epi32(j));
+      if (before_end == 0) break;  // no query takes this key, nor any later one
+      const __mmask16 act = before_end & _mm512_cmple_epi32_mask(lv, _mm512_set1_epi32(j));
+      if (act == 0) continue;  // the queries taking later keys start after this one
       const __m512 sj = _mm512_loadu_ps(st + j * ss + b);
       const __mmask16 mov = act & _mm512_cmp_ps_mask(sj, mv, _CMP_GT_OQ);  // sj > m
       // moved: ms = exp(m - sj), m = sj; else vsc = exp(sj - m).
@@ -185,7 +188,7 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
   }
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
-      if (j >= ci[i]) continue;
+      if (j >= ci[i] || (lo && j < lo[i])) continue;
       update_acc<D>(acc[i], vrow(i, j), f_vsc[j][i], moved[j] >> i & 1u, f_ms[j][i]);
     }
 }
@@ -198,8 +201,8 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
 // computed after the update of key j, so that no update waits for its exp call. Per
 // query, the float operations of the AVX2 path in its order.
 template <int D, typename V>
-inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                               uint16_t (*acc)[D], V&& vrow) {
+inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
+                                      float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries);
   float f_ms[kMaxSeqQueries], f_vsc[kMaxSeqQueries];  // factors of each query's next key
   bool f_moved[kMaxSeqQueries];
@@ -218,11 +221,13 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
     f_vsc[i] = vsc;
     f_moved[i] = moved;
   };
-  for (int i = 0; i < n_q; ++i)
-    if (ci[i] > 0) factors(i, 0);
+  for (int i = 0; i < n_q; ++i) {
+    const int first = lo ? lo[i] : 0;
+    if (first < ci[i]) factors(i, first);
+  }
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
-      if (j >= ci[i]) continue;
+      if (j >= ci[i] || (lo && j < lo[i])) continue;
       update_acc<D>(acc[i], vrow(i, j), f_vsc[i], f_moved[i], f_ms[i]);
       if (j + 1 < ci[i]) factors(i, j + 1);
     }
@@ -233,13 +238,14 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 // queries and short rows (llama 110m: prompt attention 9% and 16-sequence decode
 // attention 6% faster, attn_bench), the libm calls between updates win with few queries
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
+// ci[i]: query i takes keys [lo[i], ci[i]) of the chunk (lo null: from 0).
 template <int D, typename V>
-inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, int n_q, float* m, float* s_sum,
-                               uint16_t (*acc)[D], V&& vrow) {
+inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
+                               float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   if (D <= 128 && n_q >= 8)
-    softmax_accumulate_vector<D>(st, ss, c, ci, n_q, m, s_sum, acc, vrow);
+    softmax_accumulate_vector<D>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
   else
-    softmax_accumulate_scalar<D>(st, ss, c, ci, n_q, m, s_sum, acc, vrow);
+    softmax_accumulate_scalar<D>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
 }
 
 // Cells of positions [p, p + n) of a block table, without a division per key.
@@ -286,14 +292,14 @@ TS_ATTN_INLINE void for_chunks(const KvSeqView& seq, int64_t max_kv, Body&& body
 
 template <int D, int C>
 void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer, int kv_head,
-           const KvSeqView& seq, float scale, float* const* out) {
+           const KvSeqView& seq, float scale, float* const* out, const int64_t* kv_begin) {
   constexpr int NV = D / 16;  // registers per row
   alignas(64) float qf[kMaxGroupQueries][D];
   alignas(64) uint16_t acc[kMaxGroupQueries][D];  // F16
   alignas(64) float vf[kChunk][D];
   alignas(64) float st[kChunk][kMaxGroupQueries];  // scores, key by key
   float m[kMaxGroupQueries], s_sum[kMaxGroupQueries];
-  int ci[kMaxGroupQueries];
+  int ci[kMaxGroupQueries], lo[kMaxGroupQueries];
   int64_t max_kv = 0;
   for (int i = 0; i < n_q; ++i) {
     for (int r = 0; r < NV; ++r) _mm512_store_ps(qf[i] + 16 * r, round_h(_mm512_loadu_ps(q[i] + 16 * r)));
@@ -326,8 +332,11 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
       const __m512 sums = hsum16([&](int i) { return dot16<D>(kreg, qf[i]); }, n_q);
       _mm512_store_ps(st[j], _mm512_mul_ps(sums, vscale));
     }
-    for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(n_kv[i] - p0, 0, c));
-    softmax_accumulate<D>(st[0], kMaxGroupQueries, c, ci, n_q, m, s_sum, acc,
+    for (int i = 0; i < n_q; ++i) {
+      ci[i] = int(std::clamp<int64_t>(n_kv[i] - p0, 0, c));
+      if (kv_begin) lo[i] = int(std::clamp<int64_t>(kv_begin[i] - p0, 0, c));
+    }
+    softmax_accumulate<D>(st[0], kMaxGroupQueries, c, ci, kv_begin ? lo : nullptr, n_q, m, s_sum, acc,
                           [&](int, int j) { return vf[j]; });
   });
   for (int i = 0; i < n_q; ++i) {
@@ -408,9 +417,9 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
     }
     for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(qs[i].n_kv - p0, 0, c));
     if (shared_v)
-      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, n_q, m, s_sum, acc, [&](int, int j) { return vf[j]; });
+      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc, [&](int, int j) { return vf[j]; });
     else
-      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, n_q, m, s_sum, acc,
+      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc,
                             [&](int i, int j) { return vrow[i][j]; });
   });
   for (int i = 0; i < n_q; ++i) {
@@ -453,17 +462,18 @@ bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int l
 }
 
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
-                            int kv_head, const KvSeqView& seq, float scale, float* const* out) {
+                            int kv_head, const KvSeqView& seq, float scale, float* const* out,
+                            const int64_t* kv_begin) {
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   if (dk != dv) return false;
   const bool stream = n_q <= kStreamMaxReuse;
   switch (dk) {
-    case 64: stream ? group<64, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out)
-                    : group<64, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out); return true;
-    case 128: stream ? group<128, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out)
-                     : group<128, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out); return true;
-    case 256: stream ? group<256, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out)
-                     : group<256, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out); return true;
+    case 64: stream ? group<64, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
+                    : group<64, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
+    case 128: stream ? group<128, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
+                     : group<128, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
+    case 256: stream ? group<256, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
+                     : group<256, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
     default: return false;
   }
 }

@@ -56,14 +56,20 @@ TEST(AttentionAvx512, BitIdenticalToAvx2) {
           }
           std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(kv->shape())));
           const float scale = 1.0f / std::sqrt(float(dim));
-          for (int h = 0; h < n_head_kv; ++h) {
-            ASSERT_TRUE(ops::detail::attention_group_avx512(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale, ap.data()));
-            ops::detail::attention_group_avx2(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale, bp.data(), scratch.data());
-            for (int i = 0; i < n_q; ++i)
-              ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
-                  << "dim " << dim << " block " << bs << " q_scale " << q_scale << " n_q " << n_q << " query " << i
-                  << " head " << h;
-          }
+          // Without and with first positions per query (windows: query i takes [begin_i, n_kv_i)).
+          std::vector<int64_t> begin;
+          for (int i = 0; i < n_q; ++i) begin.push_back((i * 13 + 2) % n_kv[size_t(i)]);
+          for (const int64_t* kb : {static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(begin.data())})
+            for (int h = 0; h < n_head_kv; ++h) {
+              ASSERT_TRUE(ops::detail::attention_group_avx512(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale,
+                                                              ap.data(), kb));
+              ops::detail::attention_group_avx2(qp.data(), n_kv.data(), n_q, *kv, 0, h, view, scale, bp.data(),
+                                                scratch.data(), kb);
+              for (int i = 0; i < n_q; ++i)
+                ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
+                    << "dim " << dim << " block " << bs << " q_scale " << q_scale << " n_q " << n_q << " query " << i
+                    << " head " << h << " begins " << (kb != nullptr);
+            }
         }
       }
 }
@@ -174,6 +180,62 @@ TEST(AttentionAvx512, DeclinesOtherHeadSizes) {
   float* op = o.data();
   const int64_t n_kv = 3;
   EXPECT_FALSE(ops::detail::attention_group_avx512(&qp, &n_kv, 1, *kv, 0, 0, {blocks, 16}, 1.0f, &op));
+}
+
+// First positions per query mean what they say: query i of attention_group over
+// [begin_i, n_kv_i) equals attention_head over a table of exactly those cells, on every
+// path (AVX-512, AVX2, scalar; both numerics).
+TEST(AttentionAvx512, GroupBeginsEqualHeadOverTheRange) {
+  Rng rng(23);
+  const int dim = 256, n_pos = 70, bs = 16;
+  const int64_t n_blocks = (n_pos + bs - 1) / bs;
+  auto kv = std::move(KvCache::create({1, 1, dim, dim}, n_blocks, bs)).value();
+  std::vector<int32_t> blocks;
+  for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t(n_blocks - 1 - b));
+  const KvSeqView view{blocks, bs};
+  std::vector<float> row(static_cast<size_t>(dim));
+  for (int p = 0; p < n_pos; ++p) {
+    for (auto& x : row) x = rng.normal();
+    ops::to_f16(row.data(), kv->k(0, view.cell(p)), dim);
+    for (auto& x : row) x = rng.normal();
+    ops::to_f16(row.data(), kv->v(0, view.cell(p)), dim);
+  }
+  const int n_q = 16;
+  std::vector<std::vector<float>> q(n_q, std::vector<float>(size_t(dim))), got = q, want = q;
+  std::vector<const float*> qp;
+  std::vector<float*> gp;
+  std::vector<int64_t> n_kv, begin;
+  for (int i = 0; i < n_q; ++i) {
+    for (auto& x : q[size_t(i)]) x = 2.0f * rng.normal();
+    qp.push_back(q[size_t(i)].data());
+    gp.push_back(got[size_t(i)].data());
+    n_kv.push_back(n_pos - 3 + i % 4);  // four rows of a prompt, four heads each
+    begin.push_back(n_kv.back() - 50);  // each row's window of 50
+  }
+  std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(kv->shape())));
+  auto check = [&](const char* path, ops::AttnNumerics numerics) {
+    for (int i = 0; i < n_q; ++i) {
+      std::vector<int32_t> cells;
+      for (int64_t p = begin[size_t(i)]; p < n_kv[size_t(i)]; ++p) cells.push_back(int32_t(view.cell(p)));
+      const KvSeqView range{cells, 1};
+      ops::attention_head(qp[size_t(i)], *kv, 0, 0, range, int64_t(cells.size()), 0.0625f, want[size_t(i)].data(),
+                          scratch.data(), numerics);
+      // The group kernels equal the single-head one bit for bit (GroupEqualsSingleHeadsBitForBit).
+      ASSERT_EQ(0, std::memcmp(got[size_t(i)].data(), want[size_t(i)].data(), size_t(dim) * sizeof(float)))
+          << "query " << i << " path " << path << " numerics " << int(numerics);
+    }
+  };
+  // The best path here (AVX-512 on this machine), both numerics (kSoftmaxF16 is scalar).
+  for (auto numerics : {ops::AttnNumerics::kFlashF16, ops::AttnNumerics::kSoftmaxF16}) {
+    ops::attention_group(qp.data(), n_kv.data(), n_q, *kv, 0, 0, view, 0.0625f, gp.data(), scratch.data(), numerics,
+                         begin.data());
+    check("best", numerics);
+  }
+  if (cpu_features().avx2) {
+    ops::detail::attention_group_avx2(qp.data(), n_kv.data(), n_q, *kv, 0, 0, view, 0.0625f, gp.data(), scratch.data(),
+                                      begin.data());
+    check("avx2", ops::AttnNumerics::kFlashF16);
+  }
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ namespace {
 
 void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_head,
                            const KvSeqView& seq, int64_t n_kv, float scale, float* out,
-                           uint16_t* scratch) {
+                           uint16_t* scratch, int64_t begin = 0) {
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   uint16_t* q16 = scratch;
   uint16_t* acc = scratch + dk;
@@ -111,7 +111,7 @@ void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_
   std::memset(acc, 0, size_t(dv) * sizeof(uint16_t));
   float m = -std::numeric_limits<float>::infinity();
   float s_sum = 0.0f;
-  for (int64_t p = 0; p < n_kv; ++p) {
+  for (int64_t p = begin; p < n_kv; ++p) {
     const int64_t cell = seq.cell(p);
     const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * dk;
     const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * dv;
@@ -157,7 +157,7 @@ double exp_shifted(const float* x, int64_t n, float shift, float scale, float cu
 // buffer of n_kv scores is needed; this path is for matching, not speed.
 static void attention_head_softmax_f16(const float* q, const KvCache& kv, int layer, int kv_head,
                                 const KvSeqView& seq, int64_t n_kv, float scale, float* out,
-                                uint16_t* scratch) {
+                                uint16_t* scratch, int64_t begin = 0) {
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   uint16_t* q16 = scratch;
   for (int d = 0; d < dk; ++d) q16[d] = f32_to_fp16(q[d]);
@@ -168,14 +168,14 @@ static void attention_head_softmax_f16(const float* q, const KvCache& kv, int la
     return float(dot) * scale;
   };
   float m = -std::numeric_limits<float>::infinity();
-  for (int64_t p = 0; p < n_kv; ++p) m = std::max(m, score(p));
+  for (int64_t p = begin; p < n_kv; ++p) m = std::max(m, score(p));
   double sum = 0.0;
-  for (int64_t p = 0; p < n_kv; ++p) sum += double(std::exp(score(p) - m));
+  for (int64_t p = begin; p < n_kv; ++p) sum += double(std::exp(score(p) - m));
   const float inv = float(1.0 / sum);
   double acc[512];
   TS_CHECK(dv <= 512);
   for (int d = 0; d < dv; ++d) acc[d] = 0.0;
-  for (int64_t p = 0; p < n_kv; ++p) {
+  for (int64_t p = begin; p < n_kv; ++p) {
     const float prob = fp16_to_f32(f32_to_fp16(std::exp(score(p) - m) * inv));
     const uint16_t* v = kv.v(layer, seq.cell(p)) + int64_t(kv_head) * dv;
     for (int d = 0; d < dv; ++d) acc[d] += double(prob * fp16_to_f32(v[d]));
@@ -198,19 +198,21 @@ void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
 
 void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                      int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
-                     AttnNumerics numerics) {
+                     AttnNumerics numerics, const int64_t* kv_begin) {
   TS_CHECK(n_q >= 1 && n_q <= kMaxGroupQueries);
   if (numerics == AttnNumerics::kSoftmaxF16) {
     for (int i = 0; i < n_q; ++i)
-      attention_head_softmax_f16(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
+      attention_head_softmax_f16(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch,
+                                 kv_begin ? kv_begin[i] : 0);
     return;
   }
-  if (use_avx512() && detail::attention_group_avx512(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out)) return;
+  if (use_avx512() && detail::attention_group_avx512(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)) return;
   if (use_avx2()) {
-    detail::attention_group_avx2(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch);
+    detail::attention_group_avx2(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch, kv_begin);
     return;
   }
-  for (int i = 0; i < n_q; ++i) attention_head_scalar(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch);
+  for (int i = 0; i < n_q; ++i)
+    attention_head_scalar(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch, kv_begin ? kv_begin[i] : 0);
 }
 
 void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,

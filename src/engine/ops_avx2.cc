@@ -154,7 +154,8 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
 }
 
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
-                          int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch) {
+                          int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
+                          const int64_t* kv_begin) {
   // Per query, exactly the operations of attention_head_avx2 in the same order; only the
   // conversion of each K and V row to float is shared. Products of two halves are exact in
   // float, so converting once and multiplying floats gives the same values.
@@ -192,7 +193,7 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
       for (d = 0; d + 8 <= dv; d += 8) _mm256_storeu_ps(vf + d, load_h(v + d));
       for (; d < dv; ++d) vf[d] = h2f(v[d]);
       for (int i = 0; i < n_q; ++i) {
-        if (p >= n_kv[i]) continue;
+        if (p >= n_kv[i] || (kv_begin && p < kv_begin[i])) continue;
         const float* qi = qf + i * dk;
         uint16_t* ai = acc + i * dv;
         double dot = 0.0;

@@ -28,7 +28,8 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
                          const KvSeqView& seq, int64_t n_kv, float scale, float* out,
                          uint16_t* scratch);
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
-                          int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch);
+                          int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
+                          const int64_t* kv_begin = nullptr);
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 // rms_norm's sums of squares of 8 rows `stride` floats apart, each in its loop's order
 // (ops_avx2.cc).
@@ -45,7 +46,8 @@ void expf_avx512(const float* x, float* y, int64_t n);
 // AVX-512 version of attention_group_avx2 with bit-identical results (attn_avx512.cc), for
 // head sizes 64, 128 and 256 (head_dim_k == head_dim_v); false (nothing done) otherwise.
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
-                            int kv_head, const KvSeqView& seq, float scale, float* const* out);
+                            int kv_head, const KvSeqView& seq, float scale, float* const* out,
+                            const int64_t* kv_begin = nullptr);
 
 // AVX-512 attention_seq in the flash numerics (attn_avx512.cc), same head sizes as above.
 bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,

@@ -232,8 +232,9 @@ std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threa
   ws->units.reserve(size_t(T * cfg_.n_head_kv + int64_t(nth) * cfg_.n_head));
   ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
   ws->attn_scratch.resize(size_t(ws->attn_scratch_stride) * nth);
-  ws->window_stride = n_swa_;
-  ws->window_cells.resize(size_t(n_swa_) * nth);
+  // A window unit's cells: the union of the windows of up to kMaxGroupQueries rows.
+  ws->window_stride = n_swa_ + engine::ops::kMaxGroupQueries;
+  ws->window_cells.resize(size_t(ws->window_stride) * nth);
   return ws;
 }
 
@@ -314,9 +315,10 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
 
     // Attention. A unit runs the query heads of one kv head for a run of rows of one
     // sequence, so each K/V row is read once for all of them. In a local layer a row at
-    // position p sees only [p - n_swa + 1, p]; a row whose window cuts the sequence gets a
-    // unit of its own, and its window's cells go into a one-cell-per-block table, so the
-    // kernel walks exactly the window in position order (llama.cpp skips masked cells: the
+    // position p sees only [p - n_swa + 1, p]. Rows whose window cuts the sequence go in
+    // units of their own: consecutive positions, the union of their windows in a
+    // one-cell-per-block table, each query starting at its own window (kv_begin), so the
+    // kernel walks exactly each window in position order (llama.cpp skips masked cells: the
     // arithmetic is the same).
     {
       const int64_t group = n_head / n_head_kv;
@@ -330,10 +332,11 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
       for (int64_t i = 0; i < n;) {
         const int32_t sq = batch.seq[size_t(ws.rows[size_t(i)])];
         const int64_t wb = window_begin(i);
+        auto pos_of = [&](int64_t row) { return int64_t(batch.positions[size_t(ws.rows[size_t(row)])]); };
         int64_t e = i + 1;
-        if (wb == 0)
-          while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq && window_begin(e) == 0)
-            ++e;
+        while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq &&
+               (wb == 0 ? window_begin(e) == 0 : window_begin(e) > 0 && pos_of(e) == pos_of(e - 1) + 1))
+          ++e;
         for (int64_t g = 0; g < n_head_kv; ++g)
           ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), 0, int32_t(group), wb});
         kv_rows += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1 - wb;
@@ -364,7 +367,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
         int32_t* cells = ws.window_cells.data() + ith * ws.window_stride;
         const float* qs[engine::ops::kMaxGroupQueries];
         float* outs[engine::ops::kMaxGroupQueries];
-        int64_t n_kv[engine::ops::kMaxGroupQueries];
+        int64_t n_kv[engine::ops::kMaxGroupQueries], kv_begin[engine::ops::kMaxGroupQueries];
         for (int64_t u = ith; u < n_units; u += nth) {
           const Gemma3Workspace::Unit& un = ws.units[size_t(u)];
           const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
@@ -375,6 +378,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
               qs[n_q] = ws.q.data() + i * nq + h * hd;
               outs[n_q] = ws.attn.data() + i * nq + h * hd;
               n_kv[n_q] = pos + 1 - un.window_begin;
+              kv_begin[n_q] = un.window_begin > 0 ? pos - n_swa_ + 1 - un.window_begin : 0;
               ++n_q;
             }
           }
@@ -382,11 +386,11 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
             engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch,
                                           attn_numerics_);
           } else {
-            const int64_t n_win = n_kv[0];
+            const int64_t n_win = n_kv[n_q - 1];  // the last row's: the union of the windows
             for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(un.window_begin + p));
             const engine::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
             engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
-                                          attn_numerics_);
+                                          attn_numerics_, kv_begin);
           }
         }
       });

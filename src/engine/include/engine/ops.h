@@ -67,9 +67,11 @@ inline int64_t attention_group_scratch_halves(const KvShape& s) {
   return kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * (int64_t(s.head_dim_k) + s.head_dim_v) +
          2 * kMaxGroupQueries * s.head_dim_k + 64;
 }
+// With kv_begin, query i attends positions [kv_begin[i], n_kv[i]) (the rows of a prompt
+// past a sliding window, several in one call over the union of their windows).
 void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                      int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
-                     AttnNumerics numerics = AttnNumerics::kFlashF16);
+                     AttnNumerics numerics = AttnNumerics::kFlashF16, const int64_t* kv_begin = nullptr);
 
 // One query of attention_seq.
 struct AttnQuery {
