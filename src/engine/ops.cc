@@ -135,10 +135,8 @@ void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_
 
 }  // namespace
 
-double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
-                   double* block_sums) {
-  TS_CHECK(n >= 0 && (!block_sums || block > 0));
-  if (use_avx512()) return detail::exp_shifted_avx512(x, n, shift, scale, cut, y, block, block_sums);
+double detail::exp_shifted_scalar(const float* x, int64_t n, float shift, float scale, float cut, float* y,
+                                  int64_t block, double* block_sums) {
   double total = 0.0;
   const int64_t bl = block_sums ? block : std::max<int64_t>(n, 1);
   for (int64_t b0 = 0, bi = 0; b0 < n; b0 += bl, ++bi) {
@@ -151,6 +149,13 @@ double exp_shifted(const float* x, int64_t n, float shift, float scale, float cu
     total += s;
   }
   return total;
+}
+
+double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
+                   double* block_sums) {
+  TS_CHECK(n >= 0 && (!block_sums || block > 0));
+  if (use_avx512()) return detail::exp_shifted_avx512(x, n, shift, scale, cut, y, block, block_sums);
+  return detail::exp_shifted_scalar(x, n, shift, scale, cut, y, block, block_sums);
 }
 
 // llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no

@@ -38,6 +38,9 @@ void sum_squares8_avx2(const float* x, int64_t stride, int64_t n, double* sum);
 void swiglu_avx2(const float* g, const float* u, float* y, int64_t n);
 // AVX-512 ops::swiglu (silu_avx512.cc): bit-identical to swiglu_avx2, 16 lanes at a time.
 void swiglu_avx512(const float* g, const float* u, float* y, int64_t n);
+// ops::exp_shifted with std::exp, one value at a time (ops.cc; CPUs without AVX-512).
+double exp_shifted_scalar(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
+                          double* block_sums);
 // ops::exp_shifted with a float exp within 2 ulp, 16 at a time (softmax_avx512.cc).
 double exp_shifted_avx512(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
                           double* block_sums);

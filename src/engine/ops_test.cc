@@ -367,28 +367,39 @@ TEST(Activations, ExpShiftedWithinUlpsAndSumsBlocks) {
                   std::nanf("")})
     x.push_back(f);
   const float shift = 3.0f, scale = 0.75f, cut = -100.0f;
-  std::vector<float> y(x.size());
-  const int64_t block = 64, nb = (int64_t(x.size()) + block - 1) / block;
-  std::vector<double> sums(static_cast<size_t>(nb));
-  const double total = ops::exp_shifted(x.data(), int64_t(x.size()), shift, scale, cut, y.data(), block, sums.data());
-  double total_ref = 0.0, blocks = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float ref = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
-    total_ref += double(ref);
-    if (!(x[i] >= cut)) {
-      ASSERT_EQ(y[i], 0.0f) << "x " << x[i];
-      continue;
+  using Fn = double (*)(const float*, int64_t, float, float, float, float*, int64_t, double*);
+  std::vector<std::pair<const char*, Fn>> paths = {{"scalar", ops::detail::exp_shifted_scalar}};
+  if (cpu_features().avx512 && cpu_features().avx2) paths.push_back({"avx512", ops::detail::exp_shifted_avx512});
+  for (const auto& [name, fn] : paths) {
+    SCOPED_TRACE(name);
+    std::vector<float> y(x.size());
+    const int64_t block = 64, nb = (int64_t(x.size()) + block - 1) / block;
+    std::vector<double> sums(static_cast<size_t>(nb));
+    const double total = fn(x.data(), int64_t(x.size()), shift, scale, cut, y.data(), block, sums.data());
+    double total_ref = 0.0, blocks = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float ref = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
+      total_ref += double(ref);
+      if (!(x[i] >= cut)) {
+        ASSERT_EQ(y[i], 0.0f) << "x " << x[i];
+        continue;
+      }
+      const float ulp = std::max(std::nextafter(ref, INFINITY) - ref, std::numeric_limits<float>::denorm_min());
+      ASSERT_LE(std::fabs(y[i] - ref), 4.0f * ulp) << std::hexfloat << "x " << x[i] << ": " << y[i] << ", libm " << ref;
     }
-    const float ulp = std::max(std::nextafter(ref, INFINITY) - ref, std::numeric_limits<float>::denorm_min());
-    ASSERT_LE(std::fabs(y[i] - ref), 4.0f * ulp) << std::hexfloat << "x " << x[i] << ": " << y[i] << ", libm " << ref;
+    for (double s : sums) blocks += s;
+    EXPECT_NEAR(total, blocks, 1e-12 * total);
+    EXPECT_NEAR(total, total_ref, 1e-6 * total_ref);
+    // Without block sums: the same values and total.
+    std::vector<float> y2(x.size());
+    EXPECT_NEAR(fn(x.data(), int64_t(x.size()), shift, scale, cut, y2.data(), 0, nullptr), total, 1e-12 * total);
+    EXPECT_EQ(y2, y);
   }
-  for (double s : sums) blocks += s;
-  EXPECT_NEAR(total, blocks, 1e-12 * total);
-  EXPECT_NEAR(total, total_ref, 1e-6 * total_ref);
-  // Without block sums: the same values and total.
-  std::vector<float> y2(x.size());
-  EXPECT_NEAR(ops::exp_shifted(x.data(), int64_t(x.size()), shift, scale, cut, y2.data()), total, 1e-12 * total);
-  EXPECT_EQ(y2, y);
+  // The public entry takes this CPU's path.
+  std::vector<float> y(x.size()), y_best(x.size());
+  paths.back().second(x.data(), int64_t(x.size()), shift, scale, cut, y.data(), 0, nullptr);
+  ops::exp_shifted(x.data(), int64_t(x.size()), shift, scale, cut, y_best.data());
+  EXPECT_EQ(y_best, y);
 }
 
 TEST(Perf, LogitsHashIsFnv1a) {

@@ -170,7 +170,8 @@ struct Gemma3Workspace final : engine::Workspace {
   std::vector<float> cs_local;  // [T, n_rot] ... of the local layers
   std::vector<int32_t> rows;    // compacted row -> token index (last layer)
   // Attention work of one layer: rows [row_begin, row_end) of one sequence with the query
-  // heads of kv head `kv_head`; window_begin > 0 (one row only): a local layer's window.
+  // heads of kv head `kv_head`; window_begin > 0: rows at consecutive positions past a
+  // local layer's window, window_begin the first row's window start.
   struct Unit {
     int32_t row_begin, row_end, kv_head;
     int32_t head_begin, head_end;  // the query heads of kv_head it runs: [begin, end) of the group
@@ -179,7 +180,7 @@ struct Gemma3Workspace final : engine::Workspace {
   std::vector<Unit> units;             // rebuilt per layer (capacity reserved)
   std::vector<uint16_t> attn_scratch;  // per thread
   int64_t attn_scratch_stride = 0;
-  std::vector<int32_t> window_cells;   // per thread: the cells of one sliding window
+  std::vector<int32_t> window_cells;   // per thread: the cells of a unit's windows (their union)
   int64_t window_stride = 0;
 };
 
