@@ -101,6 +101,15 @@ TEST_F(ServeBasic, CompletionMatchesTheGreedyGolden) {
   EXPECT_EQ(r.header("content-type"), "application/json");
 }
 
+// top_p 0 (allowed by OpenAI's API) keeps only the most probable token: greedy at any
+// temperature.
+TEST_F(ServeBasic, TopPZeroSamplesTheGreedyGolden) {
+  const HttpResult r = post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":64,"temperature":1.5,
+                                                   "top_p":0,"seed":7,"stop":["Lily"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body_json(r)["choices"][0]["text"], ", there was a little girl named ");
+}
+
 TEST_F(ServeBasic, ChatWithTheFallbackTemplate) {
   const HttpResult r = post("/v1/chat/completions",
                             R"({"messages":[{"role":"system","content":"Tell stories."},{"role":"user","content":"Hi"}],

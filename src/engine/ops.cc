@@ -142,8 +142,9 @@ double detail::exp_shifted_scalar(const float* x, int64_t n, float shift, float 
   for (int64_t b0 = 0, bi = 0; b0 < n; b0 += bl, ++bi) {
     double s = 0.0;
     for (int64_t i = b0; i < std::min(n, b0 + bl); ++i) {
-      y[i] = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
-      s += double(y[i]);
+      const float e = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
+      if (y) y[i] = e;
+      s += double(e);
     }
     if (block_sums) block_sums[bi] = s;
     total += s;

@@ -394,6 +394,10 @@ TEST(Activations, ExpShiftedWithinUlpsAndSumsBlocks) {
     std::vector<float> y2(x.size());
     EXPECT_NEAR(fn(x.data(), int64_t(x.size()), shift, scale, cut, y2.data(), 0, nullptr), total, 1e-12 * total);
     EXPECT_EQ(y2, y);
+    // Sums only (y null): the same sums, bit for bit.
+    std::vector<double> sums2(sums.size());
+    EXPECT_EQ(fn(x.data(), int64_t(x.size()), shift, scale, cut, nullptr, block, sums2.data()), total);
+    EXPECT_EQ(sums2, sums);
   }
   // The public entry takes this CPU's path.
   std::vector<float> y(x.size()), y_best(x.size());

@@ -21,7 +21,8 @@ Status validate(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0.0f)
     return bad("temperature", p.temperature, "must be a number >= 0");
   if (p.top_k < 0) return bad("top_k", p.top_k, "must be >= 0 (0: off)");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", p.top_p, "must be in (0, 1]");
+  // 0 keeps the most probable token only: the nucleus always holds at least one.
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return bad("top_p", p.top_p, "must be in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", p.min_p, "must be in [0, 1]");
   if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0.0f)
     return bad("repeat_penalty", p.repeat_penalty, "must be > 0 (1: off)");
@@ -202,16 +203,13 @@ size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
   const size_t k = top_k ? size_t(p_.top_k) : n;
   Scratch& sc = scratch();
   std::vector<Cand>& cands = sc.cands;
-  std::vector<float>& ex = sc.e;
   auto by_logit = [](const Cand& a, const Cand& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  // Top-p without top-k normalises over the whole vocabulary.
+  // Top-p without top-k normalises over the whole vocabulary: only the sum is needed.
   double s_all = 0.0;
-  if (!top_k && p_.top_p < 1.0f) {
-    ex.resize(n);
-    s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), ex.data());
-  }
+  if (!top_k && p_.top_p < 1.0f)
+    s_all = ops::exp_shifted(w.data(), int64_t(n), mx, 1.0f, -std::numeric_limits<float>::infinity(), nullptr);
   // Past a spread of 1e4 (e^-1e4 is 0 in float) the rest is taken at once.
   for (float delta = 4.0f;; delta *= 4.0f) {
     const bool all = delta > 1e4f;

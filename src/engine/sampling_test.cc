@@ -141,6 +141,13 @@ TEST(Sampling, TopPMasks) {
   auto h3 = histogram({.temperature = 1.0f, .top_p = 0.9f, .seed = 2}, l, 4000);
   EXPECT_EQ(h3.size(), 3u);
   EXPECT_FALSE(h3.count(0));
+  // 0 (which OpenAI's API allows) keeps only the most probable token, with or without top-k.
+  auto h0 = histogram({.temperature = 1.5f, .top_p = 0.0f, .seed = 3}, l, 300);
+  ASSERT_EQ(h0.size(), 1u);
+  EXPECT_EQ(h0.begin()->first, 1);
+  auto h0k = histogram({.temperature = 1.5f, .top_k = 3, .top_p = 0.0f, .seed = 3}, l, 300);
+  ASSERT_EQ(h0k.size(), 1u);
+  EXPECT_EQ(h0k.begin()->first, 1);
 }
 
 TEST(Sampling, MinPMasks) {
@@ -336,7 +343,9 @@ TEST(Sampling, ValidateRejectsBadValues) {
   EXPECT_FALSE(validate({.temperature = -1.0f}).is_ok());
   EXPECT_FALSE(validate({.temperature = NAN}).is_ok());
   EXPECT_FALSE(validate({.top_k = -1}).is_ok());
-  EXPECT_FALSE(validate({.top_p = 0.0f}).is_ok());
+  EXPECT_TRUE(validate({.top_p = 0.0f}).is_ok());
+  EXPECT_FALSE(validate({.top_p = -0.1f}).is_ok());
+  EXPECT_FALSE(validate({.top_p = NAN}).is_ok());
   EXPECT_FALSE(validate({.top_p = 1.5f}).is_ok());
   EXPECT_FALSE(validate({.min_p = -0.1f}).is_ok());
   EXPECT_FALSE(validate({.repeat_penalty = 0.0f}).is_ok());

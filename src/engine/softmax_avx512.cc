@@ -49,7 +49,7 @@ double exp_shifted_avx512(const float* x, int64_t n, float shift, float scale, f
       const __m512 xv = _mm512_maskz_loadu_ps(in, x + i);
       const __mmask16 keep = in & _mm512_cmp_ps_mask(xv, vc, _CMP_GE_OQ);
       const __m512 e = _mm512_maskz_mov_ps(keep, exp_fast16(_mm512_mul_ps(_mm512_sub_ps(xv, vs), vk)));
-      _mm512_mask_storeu_ps(y + i, in, e);
+      if (y) _mm512_mask_storeu_ps(y + i, in, e);
       s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
       s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }

@@ -133,7 +133,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("-b,--batch", o.n_batch, "prompt tokens per forward pass")->capture_default_str();
   app.add_option("--temp", o.temp, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", o.top_k, "top-k (0: off)")->capture_default_str();
-  app.add_option("--top-p", o.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "top-p (1: off; 0: the most probable token only)")->capture_default_str();
   app.add_option("--min-p", o.min_p, "min-p (0: off)")->capture_default_str();
   app.add_option("--repeat-penalty", o.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
   app.add_option("--repeat-last-n", o.repeat_last_n, "tokens the penalties look back")->capture_default_str();

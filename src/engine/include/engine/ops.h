@@ -99,8 +99,9 @@ void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_hea
 
 // The exponentials of a softmax: y[i] = e^((x[i] - shift) * scale) where x[i] >= cut, else
 // 0 (NaN: 0), and their sum in double; with block_sums, also the sum of every `block`
-// values (block_sums[i / block]). Within a few ulp of std::exp (a float exp, 16 at a time
-// on AVX-512): for sampling, where the distribution matters, not the last bit.
+// values (block_sums[i / block]). y may be null when only the sums are wanted. Within a
+// few ulp of std::exp (a float exp, 16 at a time on AVX-512): for sampling, where the
+// distribution matters, not the last bit.
 double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block = 0,
                    double* block_sums = nullptr);
 

@@ -18,7 +18,7 @@ namespace ts::engine {
 struct SamplingParams {
   float temperature = 0.0f;       // <= 0: greedy
   int32_t top_k = 0;              // <= 0: off
-  float top_p = 1.0f;             // 1: off
+  float top_p = 1.0f;             // 1: off; 0: the most probable token only
   float min_p = 0.0f;             // 0: off
   float repeat_penalty = 1.0f;    // 1: off; logit / p when > 0, logit * p otherwise
   float frequency_penalty = 0.0f; // logit -= count * f
