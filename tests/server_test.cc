@@ -354,6 +354,9 @@ TEST_F(ServeKeys, DowngradeConcurrencyDisconnectAndRateLimit) {
   const std::string metrics = http(srv->port(), "GET", "/metrics", "", auth("sk-gold")).body;
   EXPECT_NE(metrics.find(R"(tierserve_requests_total{tier="batch",outcome="cancelled"} 1)"), std::string::npos)
       << metrics.substr(0, 4000);
+  // The idle service's gauges say so too (no step runs after the cancel to refresh them).
+  for (const char* g : {R"(tierserve_running_requests{tier="batch"} 0)", R"(tierserve_kv_blocks_used{tier="batch"} 0)"})
+    EXPECT_NE(metrics.find(g), std::string::npos) << g << "\n" << metrics.substr(0, 4000);
 
   // 5. The slot is free again; this is the key's third request of the minute...
   const HttpResult third = http(srv->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", auth("sk-limited"));

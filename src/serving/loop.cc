@@ -108,6 +108,22 @@ void Service::Impl::end_done(RequestState& r, EndKind why) {
   end(r.id, std::move(u));
 }
 
+void Service::Impl::tier_gauges(const std::vector<int64_t>& tokens_by_label, double step_tokens) {
+  // Per tier label (in FIFO mode the scheduler's one tier would hide the labels).
+  std::vector<int64_t> queued(tier_names.size(), 0), running(tier_names.size(), 0), blocks(tier_names.size(), 0);
+  for (const auto& [id, r] : reqs) {
+    const std::optional<sched::RequestInfo> info = sched->info(id);
+    if (!info) continue;
+    const size_t label = size_t(label_of(r->tier_served));
+    if (info->state == sched::RequestState::kRunning) ++running[label];
+    else ++queued[label];
+    blocks[label] += info->n_blocks;
+  }
+  for (size_t t = 0; t < tier_names.size(); ++t)
+    metrics.tier_gauges(int(t), queued[t], running[t], blocks[t],
+                        step_tokens > 0 ? double(tokens_by_label[t]) / step_tokens : 0.0);
+}
+
 void Service::Impl::publish() {
   std::lock_guard<std::mutex> lk(mu);
   n_engine_seqs = engine->n_seqs();
@@ -468,21 +484,8 @@ bool Service::Impl::step_once() {
   if (const Status st = sched->update(plan, up); !st.is_ok())
     TS_LOG_ERROR("serving: scheduler update: %s", st.to_string().c_str());
 
-  // Gauges per tier label (in FIFO mode the scheduler's one tier would hide the labels).
-  std::vector<int64_t> queued(tier_names.size(), 0), running(tier_names.size(), 0), blocks(tier_names.size(), 0);
-  for (const auto& [id, r] : reqs) {
-    const std::optional<sched::RequestInfo> info = sched->info(id);
-    if (!info) continue;
-    const size_t label = size_t(label_of(r->tier_served));
-    if (info->state == sched::RequestState::kRunning) ++running[label];
-    else ++queued[label];
-    blocks[label] += info->n_blocks;
-  }
   // Share of the step: of the budget, or of all tokens when bursts took the step past it.
-  const double step_tokens = double(std::max(plan.token_budget, plan.n_tokens()));
-  for (size_t t = 0; t < tier_names.size(); ++t)
-    metrics.tier_gauges(int(t), queued[t], running[t], blocks[t],
-                        step_tokens > 0 ? double(tokens_by_label[t]) / step_tokens : 0.0);
+  tier_gauges(tokens_by_label, double(std::max(plan.token_budget, plan.n_tokens())));
   metrics.tick(now, kCorrelationInterval_ns);
   if (sp.seqs.empty()) return false;
   std::lock_guard<std::mutex> lk(mu);
@@ -540,6 +543,10 @@ void Service::Impl::run() {
     }
     admit(in);
     apply_cancels(cx);
+    // When a cancel (a client gone mid-stream) or a refusal leaves the service idle, no
+    // step follows to refresh the tier gauges: they would keep the last step's counts. They
+    // are set before publish(), so whoever sees n_engine_seqs fall to 0 sees them too.
+    if (reqs.empty() && (!in.empty() || !cx.empty())) tier_gauges(std::vector<int64_t>(tier_names.size(), 0), 0.0);
     publish();
     if (reqs.empty()) continue;
     const bool progressed = step_once();
