@@ -211,6 +211,8 @@ TEST_F(RunCli, BadSamplingFlags) {
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "--temp", "abc"}), "temp");
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "--top-p", "2"}), "top_p");
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "-t", "-2"}), "-t");
+  // 100000 workers on a few cores ran for minutes instead of failing.
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "-t", "100000"}), "--threads");
 }
 
 TEST_F(RunCli, BadChatFlags) {

@@ -149,7 +149,9 @@ int cmd_batched_bench(int argc, char** argv) {
   app.add_option("--npp", o.npp, "prompt lengths (comma-separated)")->delimiter(',')->capture_default_str();
   app.add_option("--ntg", o.ntg, "tokens to generate (comma-separated)")->delimiter(',')->capture_default_str();
   app.add_option("--npl", o.npl, "parallel sequences (comma-separated)")->delimiter(',')->capture_default_str();
-  app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")->capture_default_str();
+  app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
   app.add_option("-b,--batch-size", o.n_batch, "tokens per engine step while processing prompts")->capture_default_str();
   app.add_option("--ub,--ubatch-size", o.n_ubatch, "tokens per forward pass")->capture_default_str();
   app.add_option("-c,--ctx-size", o.n_ctx, "KV cells (0: enough for the largest case)")->capture_default_str();

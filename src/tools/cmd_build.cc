@@ -37,7 +37,9 @@ int cmd_build(int argc, char** argv) {
                "tierserve build"};
   app.add_option("-m,--model", model, "GGUF model file (default: $TIERSERVE_MODEL, else the installed default model)");
   app.add_option("-o,--output", out, "plan file (default: MODEL.gguf.tsplan beside the model)");
-  app.add_option("-t,--threads", n_threads, "packing threads (0: one per core)")->capture_default_str();
+  app.add_option("-t,--threads", n_threads, "packing threads (0: one per core)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
   app.add_flag("-f,--force", force, "rebuild even when the existing plan is valid for the model");
   app.add_flag("-v,--verbose", verbose, "list every packed tensor");
   app.add_flag("--verify", verify,

@@ -26,7 +26,7 @@ int cmd_make_model(int argc, char** argv) {
       ->check(CLI::IsMember(type_names()));
   app.add_option("--seed", seed, "weight seed (the vocabulary does not depend on it)")->capture_default_str();
   app.add_option("-t,--threads", n_threads, "threads (0: one per core; the output does not depend on it)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_option("-o,--output", out, "output GGUF file")->required();
   try {
     app.parse(argc, argv);

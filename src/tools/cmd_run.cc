@@ -128,7 +128,9 @@ int cmd_run(int argc, char** argv) {
                  "GGUF model file (default: $TIERSERVE_MODEL, else the installed default model)");
   app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (> 0)")->capture_default_str();
-  app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")->capture_default_str();
+  app.add_option("-t,--threads", o.n_threads, "threads (0: one per core)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
   app.add_option("-c,--ctx", o.n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
   app.add_option("-b,--batch", o.n_batch, "prompt tokens per forward pass")->capture_default_str();
   app.add_option("--temp", o.temp, "temperature (0: greedy)")->capture_default_str();

@@ -89,7 +89,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--admin-port", o.admin_port, "port of the /metrics and /admin listener; -1: on the main one (admin.port)")
       ->check(CLI::Range(-1, 65535));
   app.add_option("-m,--model", o.model, "GGUF model (model.path; default: $TIERSERVE_MODEL, else the installed default model)");
-  app.add_option("-t,--threads", o.threads, "engine threads, 0: one per core (model.threads)")->check(CLI::Range(0, 1024));
+  app.add_option("-t,--threads", o.threads, "engine threads, 0: one per core (model.threads)")->check(CLI::Range(0, kMaxThreads));
   app.add_option("--http-threads", o.http_threads, "HTTP threads (http.threads)")->check(CLI::Range(1, 256));
   app.add_option("--kv-bytes", o.kv_bytes, "KV cache budget in bytes, 0: the engine's default (engine.kv_bytes)")
       ->check(CLI::Range(int64_t(0), INT64_MAX));

@@ -4,6 +4,10 @@
 
 namespace ts::tools {
 
+// The most threads a -t option takes (0 means one per core). Thousands of spinning
+// workers on a few cores would look like a hang, not an error.
+inline constexpr int kMaxThreads = 1024;
+
 int cmd_gguf_info(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
