@@ -138,7 +138,9 @@ def run_peer(peer_bin, model, threads, args, fa, reps):
 
 
 def run_tierserve(tierserve, model, threads, prompt, args):
-    cmd = [tierserve, "run", "-m", model, "-p", prompt, "-n", str(args.n_gen), "-t", str(threads),
+    # n_gen + 1 tokens: n_gen decode passes (the first token comes from the prompt's pass), as
+    # llama-bench's tg runs n_gen of them; gen_tok_s is passes per second.
+    cmd = [tierserve, "run", "-m", model, "-p", prompt, "-n", str(args.n_gen + 1), "-t", str(threads),
            "--temp", "0", "--ignore-eos", "--json", "-c", str(args.n_prompt + args.n_gen + 64),
            "-b", str(args.n_prompt)]
     p = subprocess.run(cmd, capture_output=True, text=True)

@@ -91,7 +91,19 @@ TEST_F(RunCli, JsonMatchesGoldenForEveryCase) {
     EXPECT_EQ(j["stop_reason"], "length");
     EXPECT_GT(j["prompt_tok_s"].get<double>(), 0.0);
     EXPECT_GT(j["gen_tok_s"].get<double>(), 0.0);
+    // 64 tokens, 63 decode passes: the first token is sampled from the prompt's logits.
+    EXPECT_EQ(j["decode_passes"], j["tokens"].size() - 1);
   }
+}
+
+TEST_F(RunCli, OneTokenHasNoDecodePass) {
+  const Proc p = run({"-m", kModel, "-p", "Once upon a time", "-n", "1", "--json"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["tokens"].size(), 1u);
+  EXPECT_EQ(j["decode_passes"], 0);
+  EXPECT_EQ(j["gen_tok_s"], 0.0);  // no decode speed to report (it used to divide 1 token by the sampling time)
+  EXPECT_EQ(j["gb_s"], 0.0);
 }
 
 TEST_F(RunCli, StreamedTextEqualsJsonText) {

@@ -244,6 +244,7 @@ int cmd_run(int argc, char** argv) {
   size_t checked = 0;    // bytes of `text` already checked for stop strings
   uint64_t hash = engine::kFnvOffset;
   int64_t hash_ns = 0;   // the logits hash is a diagnostic: its time is not decode time
+  int64_t n_passes = 0;  // decode forward passes (the first token comes from the prompt's)
   tok::StreamDecoder decoder(tokenizer);
   std::string stop_reason = "length";
   bool stopped = false;
@@ -282,6 +283,7 @@ int cmd_run(int argc, char** argv) {
       break;
     }
     if (Status st = ctx.eval(std::span<const int32_t>(&id, 1)); !st.is_ok()) return fail(st.to_string());
+    ++n_passes;
   }
   if (!stopped) {  // eos / context: flush held-back bytes
     text += decoder.flush();
@@ -296,7 +298,10 @@ int cmd_run(int argc, char** argv) {
   // (0.3 ms per token over a 262k vocabulary; llama-bench, the peer, hashes nothing).
   const double gen_ms = double(t2 - t1 - hash_ns) * 1e-6;
   const double prompt_tok_s = prompt_ms > 0 ? double(prompt.size()) * 1e3 / prompt_ms : 0.0;
-  const double gen_tok_s = gen_ms > 0 && !out.empty() ? double(out.size()) * 1e3 / gen_ms : 0.0;
+  // Decode speed is forward passes per second, as llama-bench's tg counts them: n tokens
+  // take n - 1 passes (the first is sampled from the prompt's logits), so counting tokens
+  // would overstate it by 1/(n-1), and a 1-token run has no decode pass at all (0).
+  const double gen_tok_s = gen_ms > 0 && n_passes > 0 ? double(n_passes) * 1e3 / gen_ms : 0.0;
   const double gbs = double(model.weight_bytes()) * gen_tok_s / 1e9;
   const double peak = engine::peak_read_bandwidth_gbs();
   char hash_hex[17];
@@ -315,6 +320,7 @@ int cmd_run(int argc, char** argv) {
     j["hash_ms"] = double(hash_ns) * 1e-6;
     j["prompt_tok_s"] = prompt_tok_s;
     j["gen_tok_s"] = gen_tok_s;
+    j["decode_passes"] = n_passes;
     j["weight_bytes"] = model.weight_bytes();
     j["gb_s"] = gbs;
     j["peak_gb_s"] = peak;
@@ -343,9 +349,10 @@ int cmd_run(int argc, char** argv) {
                double(mem_end.hwm_bytes) / 1048576.0,
                pi.plan_path.empty() ? "weights packed in memory" : ("plan " + pi.plan_path).c_str());
   std::fprintf(stderr,
-               "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok %.2f ms (%.1f tok/s) | "
+               "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok, %lld passes %.2f ms (%.1f tok/s) | "
                "%.2f GB/s of %.1f GB/s peak (%.1f%%) | %d threads | logits hash %s | stop: %s\n",
-               prompt.size(), prompt_ms, prompt_tok_s, out.size(), gen_ms, gen_tok_s, gbs, peak,
+               prompt.size(), prompt_ms, prompt_tok_s, out.size(), static_cast<long long>(n_passes), gen_ms,
+               gen_tok_s, gbs, peak,
                peak > 0 ? 100.0 * gbs / peak : 0.0, model.n_threads(), hash_hex, stop_reason.c_str());
   return 0;
 }
