@@ -108,7 +108,7 @@ void Service::Impl::end_done(RequestState& r, EndKind why) {
   end(r.id, std::move(u));
 }
 
-void Service::Impl::tier_gauges(const std::vector<int64_t>& tokens_by_label, double step_tokens) {
+void Service::Impl::tier_gauges(const std::vector<int64_t>* tokens_by_label, double step_tokens) {
   // Per tier label (in FIFO mode the scheduler's one tier would hide the labels).
   std::vector<int64_t> queued(tier_names.size(), 0), running(tier_names.size(), 0), blocks(tier_names.size(), 0);
   for (const auto& [id, r] : reqs) {
@@ -119,9 +119,11 @@ void Service::Impl::tier_gauges(const std::vector<int64_t>& tokens_by_label, dou
     else ++queued[label];
     blocks[label] += info->n_blocks;
   }
-  for (size_t t = 0; t < tier_names.size(); ++t)
-    metrics.tier_gauges(int(t), queued[t], running[t], blocks[t],
-                        step_tokens > 0 ? double(tokens_by_label[t]) / step_tokens : 0.0);
+  for (size_t t = 0; t < tier_names.size(); ++t) {
+    std::optional<double> share;
+    if (tokens_by_label) share = step_tokens > 0 ? double((*tokens_by_label)[t]) / step_tokens : 0.0;
+    metrics.tier_gauges(int(t), queued[t], running[t], blocks[t], share);
+  }
 }
 
 void Service::Impl::publish() {
@@ -485,7 +487,7 @@ bool Service::Impl::step_once() {
     TS_LOG_ERROR("serving: scheduler update: %s", st.to_string().c_str());
 
   // Share of the step: of the budget, or of all tokens when bursts took the step past it.
-  tier_gauges(tokens_by_label, double(std::max(plan.token_budget, plan.n_tokens())));
+  tier_gauges(&tokens_by_label, double(std::max(plan.token_budget, plan.n_tokens())));
   metrics.tick(now, kCorrelationInterval_ns);
   if (sp.seqs.empty()) return false;
   std::lock_guard<std::mutex> lk(mu);
@@ -546,7 +548,7 @@ void Service::Impl::run() {
     // When a cancel (a client gone mid-stream) or a refusal leaves the service idle, no
     // step follows to refresh the tier gauges: they would keep the last step's counts. They
     // are set before publish(), so whoever sees n_engine_seqs fall to 0 sees them too.
-    if (reqs.empty() && (!in.empty() || !cx.empty())) tier_gauges(std::vector<int64_t>(tier_names.size(), 0), 0.0);
+    if (reqs.empty() && (!in.empty() || !cx.empty())) tier_gauges(nullptr, 0.0);
     publish();
     if (reqs.empty()) continue;
     const bool progressed = step_once();

@@ -87,9 +87,9 @@ struct Service::Impl {
   void apply_events(const sched::Plan& plan);
   void publish();
   // The per-tier gauges (queued, running, KV blocks) from the scheduler's view of the
-  // live requests, and each tier's share of the step's tokens (tokens_by_label, or all
-  // zero: no step ran).
-  void tier_gauges(const std::vector<int64_t>& tokens_by_label, double step_tokens);
+  // live requests, and each tier's share of the step's tokens (tokens_by_label; null when
+  // no step ran: the shares of the last step stay).
+  void tier_gauges(const std::vector<int64_t>* tokens_by_label, double step_tokens);
   void shutdown_all(std::vector<Pending>& in);
 
   // Helpers.

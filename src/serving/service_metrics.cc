@@ -78,13 +78,14 @@ void ServiceMetrics::duration(int tier, int64_t ns) {
   if (reg_) tiers_[size_t(tier)].duration->observe(seconds(ns));
 }
 
-void ServiceMetrics::tier_gauges(int tier, int64_t n_queued, int64_t n_running, int64_t kv_blocks, double share) {
+void ServiceMetrics::tier_gauges(int tier, int64_t n_queued, int64_t n_running, int64_t kv_blocks,
+                                 std::optional<double> share) {
   if (!reg_) return;
   Tier& t = tiers_[size_t(tier)];
   t.queued->set(double(n_queued));
   t.running->set(double(n_running));
   t.kv->set(double(kv_blocks));
-  t.share->set(share);
+  if (share) t.share->set(*share);
 }
 
 void ServiceMetrics::priority_inversions(int64_t n) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,8 +35,10 @@ class ServiceMetrics {
   void ttft(int tier, int64_t ns);
   void tpot(int tier, int64_t ns_per_token);
   void duration(int tier, int64_t ns);
-  // Per step.
-  void tier_gauges(int tier, int64_t n_queued, int64_t n_running, int64_t kv_blocks, double budget_share);
+  // Per step (and when the service goes idle without one: budget_share nullopt keeps the
+  // last step's share, which is what that gauge describes).
+  void tier_gauges(int tier, int64_t n_queued, int64_t n_running, int64_t kv_blocks,
+                   std::optional<double> budget_share);
   void priority_inversions(int64_t n);
   // A step abandoned for an interrupting tier's arrival.
   void step_interrupted();
