@@ -49,10 +49,11 @@ constexpr bool kValidChunk = C >= 1 && C <= kChunk;
 // F16 conversions go 8 lanes at a time: on the Zen 4 of docs/BENCHMARKS.md two 256-bit
 // vcvtph2ps/vcvtps2ph convert 16 lanes faster than one 512-bit form, and vcvtps2ph into a
 // register plus a plain store is faster than its memory form. One accumulator update of
-// 16 lanes (2 loads converted, an FMA, a rounding store; rows in L2) took 1.34 ns with
-// 512-bit forms, 1.18 ns with 256-bit ones and 0.98 ns stored from a register. attn_bench
-// against the 512-bit version: group/256 12.2 -> 11.9 ms, seq/64 13.2-13.8 -> 12.4-12.8,
-// seq/128/gqa4 14.4-15.4 -> 13.2-13.4, seq/64/decode 74-81 -> 70-71 us. Same bits.
+// 16 lanes (2 loads converted, an FMA, a rounding store; rows in L2) takes 1.31 ns with
+// 512-bit forms, 1.17 ns with 256-bit ones and 0.96 ns stored from a register (attn_bench
+// f16_update/{zmm,ymm,ymm_reg}). attn_bench against the 512-bit version: group/256 12.2
+// -> 11.9 ms, seq/64 13.2-13.8 -> 12.4-12.8, seq/128/gqa4 14.4-15.4 -> 13.2-13.4,
+// seq/64/decode 74-81 -> 70-71 us. Same bits.
 inline __m512 round_h(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 round_h8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 load_h8(const uint16_t* p) {

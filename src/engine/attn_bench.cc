@@ -11,14 +11,25 @@
 //   split between threads as llama_family does, each sequence's blocks consecutive (as the
 //   block pool places a growing sequence). The caches (113 MB, 28 MB) are far beyond L2
 //   and (for 110m) L3, so this measures the streaming case of batched decode.
-// Items are (query, key) pairs; the rate is what to compare between builds.
+// - f16_update/{zmm,ymm,ymm_reg}: the F16 accumulator update of the decode attention
+//   (acc = f16(v * c + acc), 12 accumulators of 64 dims against 256 keys of F16 V rows in
+//   L2) with 512-bit conversions, 256-bit ones stored through vcvtps2ph's memory form, and
+//   256-bit ones rounded into a register then stored (attn_avx512.cc's form). Items are
+//   16-lane updates.
+// Items are (query, key) pairs otherwise; the rate is what to compare between builds.
+// GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn about
+// them at every inlined use (f16_update); the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "engine/kv_cache.h"
 #include "engine/ops.h"
@@ -227,6 +238,60 @@ BENCHMARK_CAPTURE(decode16, 256, 18, 1, 256, 4)
     ->Arg(2)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+enum class Conv { kZmm, kYmm, kYmmReg };
+
+template <Conv C>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"), noinline)) void f16_update(
+    uint16_t (*acc)[64], const uint16_t* v, int n_keys, float vsc) {
+  for (int j = 0; j < n_keys; ++j)
+    for (int i = 0; i < 12; ++i) {
+      const uint16_t* vr = v + (int64_t(j) * 12 + i) * 64;
+      if constexpr (C == Conv::kZmm) {
+        const __m512 vv = _mm512_set1_ps(vsc);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+          const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc[i] + 16 * r)));
+          const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * r)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[i] + 16 * r),
+                              _mm512_cvtps_ph(_mm512_fmadd_ps(x, vv, a), _MM_FROUND_TO_NEAREST_INT));
+        }
+      } else {
+        const __m256 vv = _mm256_set1_ps(vsc);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+          const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc[i] + 8 * r)));
+          const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * r)));
+          __m128i h = _mm256_cvtps_ph(_mm256_fmadd_ps(x, vv, a), _MM_FROUND_TO_NEAREST_INT);
+          if constexpr (C == Conv::kYmmReg) asm("" : "+x"(h));  // no folding into the memory form
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(acc[i] + 8 * r), h);
+        }
+      }
+    }
+}
+
+template <Conv C>
+void bm_f16_update(benchmark::State& state) {
+  if (!cpu_features().avx512) {
+    state.SkipWithError("needs AVX-512");
+    return;
+  }
+  constexpr int kKeys = 256;
+  Rng rng(5);
+  std::vector<float> vf(size_t(kKeys) * 12 * 64);
+  for (auto& x : vf) x = rng.normal();
+  std::vector<uint16_t> v(vf.size());
+  ops::to_f16(vf.data(), v.data(), int64_t(vf.size()));
+  alignas(64) uint16_t acc[12][64] = {};
+  for (auto _ : state) {
+    f16_update<C>(acc, v.data(), kKeys, 0.25f);
+    benchmark::DoNotOptimize(&acc[0][0]);
+  }
+  state.SetItemsProcessed(state.iterations() * kKeys * 12 * 4);
+}
+BENCHMARK(bm_f16_update<Conv::kZmm>)->Name("f16_update/zmm");
+BENCHMARK(bm_f16_update<Conv::kYmm>)->Name("f16_update/ymm");
+BENCHMARK(bm_f16_update<Conv::kYmmReg>)->Name("f16_update/ymm_reg");
 
 }  // namespace
 }  // namespace ts::engine

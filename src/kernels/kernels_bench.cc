@@ -4,12 +4,19 @@
 // Decode reads every weight once per token from DRAM, so matvec cycles through enough
 // copies of the matrix (>= 160 MiB) that the last-level cache cannot hold them; the GB/s
 // are DRAM figures. Filter with --benchmark_filter, e.g. 'matvec/q4_K/.*/t2'.
+// GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn
+// about them at every inlined use (the ceiling/ loop below); the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -131,7 +138,79 @@ void bm_act(benchmark::State& st, Isa isa, bool k_quant, int64_t cols) {
   st.counters["floats/s"] = benchmark::Counter(double(cols), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The ceiling of the Q8_0 tiles' instruction mix, on data that stays in L1: per block of
+// 32 columns, gemm_avx512.cc's tile32x for 10 tokens issues 8 level loads flipped to
+// unsigned, 80 vpdpbusd on broadcast activations, and per token an int->float conversion,
+// the product of the two scales and the FMA into the float sum. kFloats = false leaves the
+// float part out. Its "flops" compare directly with matmul/q8_0/avx512/*/n128/t1 in the
+// same run: the tile's distance to what its own instructions allow.
+#define TS_BENCH_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+TS_BENCH_AVX512 inline __attribute__((always_inline)) __m512i bcast32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <bool kFloats>
+TS_BENCH_AVX512 __attribute__((noinline)) void q8_0_mix(
+    const uint8_t* panels, const uint8_t* recs, int64_t n_blocks, float* out) {
+  constexpr int kT = 10, kPanel = 544, kRec = 400;  // records: 10 x 32 levels, 10 scales, 10 corrections
+  __m512 acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* g = panels + (b & 15) * kPanel;
+    const uint8_t* x = recs + (b & 15) * kRec;
+    __m512i s[kT];
+#pragma GCC unroll 10
+    for (int t = 0; t < kT; ++t) s[t] = bcast32(x + 360 + 4 * t);
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      const __m512i lo = _mm512_xor_si512(_mm512_loadu_si512(g + 64 * h), flip);
+      const __m512i hi = _mm512_xor_si512(_mm512_loadu_si512(g + 64 * (h + 4)), flip);
+#pragma GCC unroll 10
+      for (int t = 0; t < kT; ++t) s[t] = _mm512_dpbusd_epi32(s[t], lo, bcast32(x + 32 * t + 4 * h));
+#pragma GCC unroll 10
+      for (int t = 0; t < kT; ++t) s[t] = _mm512_dpbusd_epi32(s[t], hi, bcast32(x + 32 * t + 16 + 4 * h));
+    }
+    if constexpr (kFloats) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 512)));
+#pragma GCC unroll 10
+      for (int t = 0; t < kT; ++t) {
+        float dx;
+        std::memcpy(&dx, x + 320 + 4 * t, 4);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+      }
+    } else {
+#pragma GCC unroll 10
+      for (int t = 0; t < kT; ++t) acc[t] = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[t]), s[t]));
+    }
+  }
+  for (int t = 0; t < kT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
+}
+
+template <bool kFloats>
+void bm_q8_0_mix(benchmark::State& st) {
+  if (!cpu_features().avx512 || !cpu_features().avx512_vnni) {
+    st.SkipWithError("needs AVX-512 VNNI");
+    return;
+  }
+  Rng rng(3);
+  std::vector<uint8_t> panels(16 * 544), recs(16 * 400);
+  for (auto& v : panels) v = uint8_t(rng.next_u64());
+  for (auto& v : recs) v = uint8_t(rng.next_u64() & 0x3f);  // small scales: finite floats
+  std::vector<float> out(160);
+  constexpr int64_t kBlocks = 4096;
+  for (auto _ : st) {
+    q8_0_mix<kFloats>(panels.data(), recs.data(), kBlocks, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["flops"] = benchmark::Counter(2.0 * 16 * 32 * 10 * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
+  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/full", bm_q8_0_mix<true>);
+  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/integer_only", bm_q8_0_mix<false>);
   for (Isa isa : testing::isas_here())
     for (bool k_quant : {false, true})
       for (int64_t cols : {768, 2048}) {
