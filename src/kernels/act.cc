@@ -22,7 +22,7 @@ struct Layout {
 // Whether activations of vec_dot_type vdt also get the interleaved tile layout (Act::tiles):
 // 32-element blocks, several tokens, and the AVX-512 tiles that read it.
 bool wants_tiles(DType vdt, int n_tok) {
-  return (vdt == DType::Q8_0 || vdt == DType::Q8_1) && n_tok > 1 && best_isa() == Isa::kAvx512;
+  return (vdt == DType::Q8_0 || vdt == DType::Q8_1) && n_tok > 1 && best_isa() >= Isa::kAvx512;
 }
 
 // Copies the converted token t (at `base`, layout l) into its slots of the tile records.
@@ -39,7 +39,7 @@ void scatter_tiles(DType vdt, int64_t n_cols, const uint8_t* base, const Layout&
 }
 
 // Whether Q8_K activations get the interleaved K-quant tile layout (Act::ktiles).
-bool wants_ktiles(DType vdt, int n_tok) { return vdt == DType::Q8_K && n_tok > 1 && best_isa() == Isa::kAvx512; }
+bool wants_ktiles(DType vdt, int n_tok) { return vdt == DType::Q8_K && n_tok > 1 && best_isa() >= Isa::kAvx512; }
 
 // Copies the converted Q8_K token t into its slots of the K-quant tile records.
 void scatter_ktiles(int64_t n_cols, const uint8_t* base, const Layout& l, int t, uint8_t* tiles) {
@@ -168,6 +168,7 @@ void convert_row(const ActRowFns& f, DType wtype, DType vdt, const float* x, int
 const ActRowFns& act_row_fns(Isa isa) {
   if (int(isa) > int(best_isa())) isa = best_isa();
   switch (isa) {
+    case Isa::kAmx:
     case Isa::kAvx512: {
       static const ActRowFns* f = act_row_fns_avx512();
       return *f;

@@ -211,7 +211,7 @@ TS_INLINE void prefetch_next(const uint8_t* g) {
 
 // Unpacked levels of a panel (the 8 vectors of unpack32 per block), so that the tiles of
 // many tokens unpack each block once instead of once per tile.
-constexpr int kPreBytes = 512;
+constexpr int kPreBytes = kUnpacked32;
 
 template <DType W>
 void unpack_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
@@ -528,7 +528,7 @@ TS_INLINE __m512i q6_level(const uint8_t* g, int idx, int half) {
 }
 
 // Unpacked levels of a K-quant group, in the order the tiles consume them: 64 vectors.
-constexpr int kPreKBytes = 64 * 64;
+constexpr int kPreKBytes = kUnpackedK;
 
 template <DType W>
 constexpr int group_bytes_k() {
@@ -761,6 +761,31 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
 }
 
 }  // namespace
+
+void unpack_levels(DType t, const uint8_t* panel, int64_t n_blocks, uint8_t* out) {
+  switch (t) {
+    case DType::Q8_0:
+      return unpack_panel<DType::Q8_0>(panel, n_blocks, out);
+    case DType::Q4_0:
+      return unpack_panel<DType::Q4_0>(panel, n_blocks, out);
+    case DType::Q4_1:
+      return unpack_panel<DType::Q4_1>(panel, n_blocks, out);
+    case DType::Q5_0:
+      return unpack_panel<DType::Q5_0>(panel, n_blocks, out);
+    case DType::Q5_1:
+      return unpack_panel<DType::Q5_1>(panel, n_blocks, out);
+    case DType::Q4_K:
+      return unpack_panel_k<DType::Q4_K>(panel, n_blocks, out);
+    case DType::Q5_K:
+      return unpack_panel_k<DType::Q5_K>(panel, n_blocks, out);
+    case DType::Q6_K:
+      return unpack_panel_k<DType::Q6_K>(panel, n_blocks, out);
+    default:
+      return;
+  }
+}
+
+uint8_t* scratch_levels(int64_t bytes) { return pre_buffer(bytes); }
 
 PanelGemmFn quant_gemm(DType t) {
   switch (t) {

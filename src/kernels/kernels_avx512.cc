@@ -1,4 +1,5 @@
-// The AVX-512 row of the dispatch table (kernels_impl.h).
+// The AVX-512 and AMX rows of the dispatch table (kernels_impl.h).
+#include "gemm_amx.h"
 #include "gemm_avx512.h"
 #include "kernels_impl.h"
 
@@ -10,6 +11,12 @@ IsaKernels avx512_kernels(DType t) {
   k.vec_dot = avx512::float_vec_dot(t);
   k.gemm = avx512::quant_gemm(t);
   if (!k.gemm) k.gemm = avx512::float_gemm(t);
+  return k;
+}
+
+IsaKernels amx_kernels(DType t) {
+  IsaKernels k;
+  k.gemm = amx::quant_gemm(t);
   return k;
 }
 

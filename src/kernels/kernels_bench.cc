@@ -211,10 +211,12 @@ void bm_q8_0_mix(benchmark::State& st) {
 void register_all() {
   benchmark::RegisterBenchmark("ceiling/q8_0_tile10/full", bm_q8_0_mix<true>);
   benchmark::RegisterBenchmark("ceiling/q8_0_tile10/integer_only", bm_q8_0_mix<false>);
+  // AMX adds kernels for many tokens only: its conversions and matvecs are AVX-512's.
   for (Isa isa : testing::isas_here())
     for (bool k_quant : {false, true})
       for (int64_t cols : {768, 2048}) {
         if (k_quant && cols % 256 != 0) continue;
+        if (isa == Isa::kAmx) continue;
         const std::string name = std::string("act/") + (k_quant ? "q8_k/" : "q8_0/") + isa_name(isa) + "/" +
                                  std::to_string(cols);
         benchmark::RegisterBenchmark(name.c_str(), bm_act, isa, k_quant, cols);
@@ -224,6 +226,7 @@ void register_all() {
         ->UseRealTime();
   for (DType t : testing::kWeightTypes) {
     for (Isa isa : testing::isas_here()) {
+      if (isa == Isa::kAmx) continue;
       for (const Shape& s : kShapes) {
         if (s.cols % traits(t).block_size != 0) continue;  // K-quants need 256 | cols
         const uint64_t bytes = uint64_t(row_bytes(t, s.cols)) * uint64_t(s.rows);

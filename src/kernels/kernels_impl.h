@@ -16,5 +16,6 @@ struct IsaKernels {
 IsaKernels scalar_kernels(DType t);  // complete for every supported type
 IsaKernels avx2_kernels(DType t);    // call only when cpu_features().avx2
 IsaKernels avx512_kernels(DType t);  // call only when cpu_features().avx512_vnni
+IsaKernels amx_kernels(DType t);     // call only when cpu_features().amx_int8 as well
 
 }  // namespace ts::kernels

@@ -17,7 +17,7 @@ namespace {
 
 using testing::bits;
 using testing::convert_act;
-using testing::isas_here;
+using testing::gemm_paths;
 using testing::kWeightTypes;
 using testing::random_floats;
 using testing::random_rows;
@@ -191,7 +191,7 @@ TEST(Matmul, EveryIsaPanelKernelEqualsVecDot) {
       ActBuffer ab;
       const Act& act = ab.prepare(t, p.x.data(), p.n_cols, p.n_cols, int(n_tok), nullptr);
       const int64_t rb = row_bytes(t, p.n_cols);
-      for (Isa isa : isas_here()) {
+      for (const auto& path : gemm_paths(t)) {
         std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
         std::vector<uint8_t> panel(size_t(std::max<int64_t>(panel_bytes(t, p.n_cols), 1)));
         for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
@@ -203,10 +203,10 @@ TEST(Matmul, EveryIsaPanelKernelEqualsVecDot) {
           }
           // Tokens in two calls, to check that t0 > 0 works.
           const int split = int(n_tok / 2);
-          traits_for(t, isa).gemm(src, rb, rows, act, 0, split, y.data() + r0, p.n_rows);
-          traits_for(t, isa).gemm(src, rb, rows, act, split, int(n_tok) - split, y.data() + r0, p.n_rows);
+          path.fn(src, rb, rows, act, 0, split, y.data() + r0, p.n_rows);
+          path.fn(src, rb, rows, act, split, int(n_tok) - split, y.data() + r0, p.n_rows);
         }
-        expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa));
+        expect_same(p, y, p.n_rows, "gemm " + path.name);
       }
     }
   }
@@ -217,7 +217,7 @@ TEST(Matmul, EveryIsaPanelKernelEqualsVecDot) {
 void expect_gemm_from(const Problem& p, DType t, const Act& act, std::initializer_list<int> firsts) {
   const int64_t rb = row_bytes(t, p.n_cols), n_tok = act.n_tok;
   std::vector<uint8_t> panel(size_t(panel_bytes(t, p.n_cols)));
-  for (Isa isa : isas_here()) {
+  for (const auto& path : gemm_paths(t)) {
     for (int first : firsts) {
       if (first >= n_tok) continue;
       std::vector<float> y(size_t(n_tok * p.n_rows), -1.0f);
@@ -225,9 +225,9 @@ void expect_gemm_from(const Problem& p, DType t, const Act& act, std::initialize
       for (int64_t r0 = 0; r0 < p.n_rows; r0 += kPanelRows) {
         const int rows = int(std::min<int64_t>(kPanelRows, p.n_rows - r0));
         pack_panel(t, p.w.data() + r0 * rb, rb, rows, p.n_cols, panel.data());
-        traits_for(t, isa).gemm(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0, p.n_rows);
+        path.fn(panel.data(), rb, rows, act, first, int(n_tok) - first, y.data() + r0, p.n_rows);
       }
-      expect_same(p, y, p.n_rows, std::string("gemm ") + isa_name(isa) + " from " + std::to_string(first));
+      expect_same(p, y, p.n_rows, "gemm " + path.name + " from " + std::to_string(first));
     }
   }
 }
@@ -268,6 +268,25 @@ TEST(Matmul, EveryKQuantTileShapeEqualsVecDot) {
         ASSERT_EQ(act.ktiles != nullptr, n_tok > 1) << p.label();
       }
       expect_gemm_from(p, t, act, {0, kG, 3});
+    }
+  }
+}
+
+// The AMX kernels (on AMX CPUs the tiles, elsewhere their software emulation; compared
+// through gemm_paths): groups of 16 tokens and a remainder, one or more blocks (the next
+// block's tile multiply is issued before this one's float work), calls starting at a
+// token that is not a multiple of 16, and fewer than 16 tokens (handed to the VNNI tiles).
+TEST(Matmul, AmxTileGroupsEqualVecDot) {
+  Rng rng(18);
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
+    for (int blocks : {1, 3, 4}) {
+      for (int64_t n_tok : {16, 17, 33, 48}) {
+        Problem p(rng, t, blocks == 3 ? 35 : 16, cols_for(t, blocks), n_tok);
+        ActBuffer ab;
+        const Act& act = ab.prepare(t, p.x.data(), p.n_cols, p.n_cols, int(n_tok), nullptr);
+        expect_gemm_from(p, t, act, {0, 1, 16, int(n_tok) - 15});
+      }
     }
   }
 }

@@ -3,10 +3,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
 #include "core/rng.h"
+#include "gemm_amx.h"
 #include "kernels/traits.h"
 
 namespace ts::kernels::testing {
@@ -88,6 +90,24 @@ inline std::vector<uint8_t> convert_act(DType t, const float* x, int64_t n) {
 inline std::vector<Isa> isas_here() {
   std::vector<Isa> v;
   for (int i = 0; i <= int(best_isa()); ++i) v.push_back(Isa(i));
+  return v;
+}
+
+// A panel kernel under test and its name.
+struct GemmPath {
+  std::string name;
+  PanelGemmFn fn;
+};
+
+// The panel kernels of every ISA path this CPU runs for t, plus the AMX kernels with their
+// tile instructions executed in software (where AVX-512 VNNI runs), so the tile code is
+// tested on CPUs without AMX.
+inline std::vector<GemmPath> gemm_paths(DType t) {
+  std::vector<GemmPath> v;
+  for (Isa isa : isas_here()) v.push_back({isa_name(isa), traits_for(t, isa).gemm});
+  if (best_isa() >= Isa::kAvx512) {
+    if (PanelGemmFn f = amx::emulated_gemm(t)) v.push_back({"amx-emulated", f});
+  }
   return v;
 }
 

@@ -1,5 +1,5 @@
 // The one per-type table: for every supported type and ISA the kernels that run, with
-// missing ISA kernels mapped to the next lower ISA (AVX-512 -> AVX2 -> scalar).
+// missing ISA kernels mapped to the next lower ISA (AMX -> AVX-512 -> AVX2 -> scalar).
 #include "kernels/traits.h"
 
 #include <array>
@@ -16,7 +16,7 @@ constexpr DType kSupported[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4
                                 DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q4_K,
                                 DType::Q5_K, DType::Q6_K, DType::Q8_K};
 constexpr int kNumIds = 31;  // DType ids 0..30
-constexpr int kNumIsa = 3;
+constexpr int kNumIsa = 4;
 
 struct Shape {
   int64_t block_size, type_size;
@@ -64,6 +64,8 @@ IsaKernels kernels_of(DType t, Isa isa) {
       return avx2_kernels(t);
     case Isa::kAvx512:
       return avx512_kernels(t);
+    case Isa::kAmx:
+      return amx_kernels(t);
   }
   return {};
 }
@@ -115,14 +117,17 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
 
 Isa best_isa() {
   const CpuFeatures& f = cpu_features();
-  // The AVX-512 kernels use VNNI (vpdpbusd) for every int8 product.
-  if (f.avx512 && f.avx512_vnni) return Isa::kAvx512;
+  // The AVX-512 kernels use VNNI (vpdpbusd) for every int8 product; the AMX ones add tile
+  // multiplies to them.
+  if (f.avx512 && f.avx512_vnni) return f.amx_int8 ? Isa::kAmx : Isa::kAvx512;
   if (f.avx2) return Isa::kAvx2;
   return Isa::kScalar;
 }

@@ -1,7 +1,8 @@
 // CPU feature detection (cpuid + xgetbv, so OS support for wide registers is checked too).
 //
-// TIERSERVE_ISA=scalar|avx2|avx512 caps the detected level, so tests and benchmarks can
-// force each kernel path on one machine.
+// TIERSERVE_ISA=scalar|avx2|avx512|native caps the detected level, so tests and benchmarks
+// can force each kernel path on one machine (avx512: everything but AMX; native, or amx:
+// everything detected).
 #pragma once
 
 #include <string>
@@ -21,7 +22,7 @@ struct CpuFeatures {
 // Detected once, then capped by TIERSERVE_ISA.
 const CpuFeatures& cpu_features();
 
-// Detected features capped at `isa` ("scalar", "avx2", "avx512", "native").
+// Detected features capped at `isa` ("scalar", "avx2", "avx512", "amx" or "native").
 CpuFeatures cap_features(const CpuFeatures& f, const std::string& isa);
 
 }  // namespace ts

@@ -14,7 +14,8 @@
 
 namespace ts::kernels {
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx: the AVX-512 kernels plus AMX-INT8 tile multiplies for many tokens.
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 const char* isa_name(Isa isa);
 
 using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);

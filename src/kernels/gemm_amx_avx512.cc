@@ -1,0 +1,452 @@
+// AMX-INT8 panel kernels of the quantized types: the integer sums of 16 tokens x 16 weight
+// rows come from tile multiplies (tdpbssd / tdpbsud), the float arithmetic per (row, token)
+// stays the AVX-512 tiles' (gemm_avx512.cc) — so results are bit-identical to every other
+// path, and a step may run some tokens here and others on VNNI.
+//
+// Tiles, per unit of K columns (a 32-element block; a 32-column sub-block of Q4_K/Q5_K; a
+// 16-column sub-block of Q6_K):
+//   A (m tokens x K bytes): the tokens' int8 activation levels, straight from Act::qs
+//     (stride Act::tok_bytes);
+//   B (K/4 rows x 64 bytes): the weights in panel.h's word layout (16 rows x 4 columns per
+//     64 bytes), which is exactly AMX's B layout — Q8_0 panels as they are (signed), the
+//     other types as unpack_levels() leaves them (unsigned);
+//   C (m x 16 int32): C[token][row] = the unit's dot product, then stored and read back as
+//     one 16-row vector per token, the lane layout of the AVX-512 accumulators.
+// Two sets of tiles alternate between units so that one unit's multiply overlaps the
+// previous unit's store and float work.
+//
+// The kernels are written against a tile "machine" (a template parameter): HwTiles issues
+// the instructions; EmuTiles (below) executes them in software, so the tile code — shapes,
+// strides, operand order, signedness — is tested on CPUs without AMX (amx::emulated_gemm).
+
+// GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn
+// about them at every inlined use; the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "act.h"
+#include "core/check.h"
+#include "gemm_amx.h"
+#include "gemm_avx512.h"
+#include "panel.h"
+#include "quant_blocks.h"
+
+namespace ts::kernels::amx {
+namespace {
+
+using avx512::kUnpacked32;
+using avx512::kUnpackedK;
+
+#define TS_INLINE inline __attribute__((always_inline))
+#define TS_UNROLL _Pragma("GCC unroll 16")
+
+// The 64-byte operand of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes per row of tile i
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// The instructions, through inline assembly: the tile number must be an immediate (the
+// %c operand prints it bare), and the memory clobbers order the tile loads and stores
+// with the vector code around them. ldtilecfg takes the config as a memory operand, so
+// its stores cannot be dropped as dead (the GCC 12 bug that breaks llama.cpp's AMX path,
+// where the config is passed to the builtin through a pointer).
+struct HwTiles {
+  static void load_config(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c) : "memory"); }
+  template <int T>
+  static TS_INLINE void zero() {
+    asm volatile("tilezero %%tmm%c0" ::"i"(T));
+  }
+  template <int T>
+  static TS_INLINE void load(const void* p, int64_t stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(p), "r"(stride), "i"(T) : "memory");
+  }
+  template <int T>
+  static TS_INLINE void store(void* p, int64_t stride) {
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(p), "r"(stride), "i"(T) : "memory");
+  }
+  // C += A (signed bytes) . B (kSignedB: signed, else unsigned bytes). AT&T operand order:
+  // B, A, C.
+  template <int C, int A, int B, bool kSignedB>
+  static TS_INLINE void dp() {
+    if constexpr (kSignedB)
+      asm volatile("tdpbssd %%tmm%c0, %%tmm%c1, %%tmm%c2" ::"i"(B), "i"(A), "i"(C));
+    else
+      asm volatile("tdpbsud %%tmm%c0, %%tmm%c1, %%tmm%c2" ::"i"(B), "i"(A), "i"(C));
+  }
+};
+
+// The same instructions executed in software, per thread, with the architecture's checks
+// (a configuration the CPU rejects, or operand shapes that do not fit, fail a TS_CHECK
+// where the CPU would raise #UD).
+struct EmuTiles {
+  struct State {
+    TileConfig cfg;
+    bool configured = false;
+    uint8_t t[8][16][64];
+  };
+  static State& st() {
+    thread_local State s;
+    return s;
+  }
+  static void load_config(const TileConfig& c) {
+    State& s = st();
+    TS_CHECK(c.palette == 1 && c.start_row == 0);
+    for (uint8_t b : c.reserved) TS_CHECK(b == 0);
+    for (int i = 0; i < 16; ++i) {
+      if (i >= 8) {
+        TS_CHECK(c.rows[i] == 0 && c.colsb[i] == 0);
+      } else {
+        TS_CHECK(c.rows[i] <= 16 && c.colsb[i] <= 64);
+        TS_CHECK((c.rows[i] == 0) == (c.colsb[i] == 0));
+      }
+    }
+    s.cfg = c;
+    s.configured = true;
+    std::memset(s.t, 0, sizeof s.t);
+  }
+  static void check_tile(int t) {
+    const State& s = st();
+    TS_CHECK(s.configured && s.cfg.rows[t] > 0);
+  }
+  template <int T>
+  static void zero() {
+    check_tile(T);
+    std::memset(st().t[T], 0, sizeof st().t[T]);
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    check_tile(T);
+    State& s = st();
+    std::memset(s.t[T], 0, sizeof s.t[T]);  // rows and columns past the shape read as zero
+    for (int r = 0; r < s.cfg.rows[T]; ++r)
+      std::memcpy(s.t[T][r], static_cast<const uint8_t*>(p) + r * stride, s.cfg.colsb[T]);
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    check_tile(T);
+    const State& s = st();
+    for (int r = 0; r < s.cfg.rows[T]; ++r)
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.t[T][r], s.cfg.colsb[T]);
+  }
+  template <int C, int A, int B, bool kSignedB>
+  static void dp() {
+    check_tile(C);
+    check_tile(A);
+    check_tile(B);
+    State& s = st();
+    const TileConfig& c = s.cfg;
+    const int m = c.rows[C], n = c.colsb[C] / 4, k = c.colsb[A] / 4;
+    TS_CHECK(c.colsb[C] % 4 == 0 && c.colsb[A] % 4 == 0 && c.rows[A] == m && c.colsb[B] == c.colsb[C] &&
+             c.rows[B] == k);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        int32_t acc;
+        std::memcpy(&acc, &s.t[C][i][4 * j], 4);
+        for (int kk = 0; kk < k; ++kk) {
+          for (int e = 0; e < 4; ++e) {
+            const int32_t a = int8_t(s.t[A][i][4 * kk + e]);
+            const uint8_t braw = s.t[B][kk][4 * j + e];
+            const int32_t b = kSignedB ? int32_t(int8_t(braw)) : int32_t(braw);
+            acc = int32_t(uint32_t(acc) + uint32_t(a * b));  // wraps like the hardware
+          }
+        }
+        std::memcpy(&s.t[C][i][4 * j], &acc, 4);
+      }
+    }
+  }
+};
+
+// Tokens per tile multiply (rows of A and C).
+constexpr int kTok = 16;
+
+// Loads the configuration for m tokens and units of k_bytes columns, unless this thread
+// has it loaded already: tiles 3s (A), 3s+1 (B), 3s+2 (C) of set s = 0, 1.
+template <class P>
+void configure(int m, int k_bytes) {
+  TileConfig c;
+  for (int s = 0; s < 2; ++s) {
+    c.rows[3 * s] = uint8_t(m);
+    c.colsb[3 * s] = uint16_t(k_bytes);
+    c.rows[3 * s + 1] = uint8_t(k_bytes / 4);
+    c.colsb[3 * s + 1] = 64;
+    c.rows[3 * s + 2] = uint8_t(m);
+    c.colsb[3 * s + 2] = 64;
+  }
+  thread_local TileConfig loaded;
+  thread_local bool have = false;
+  if (have && std::memcmp(&loaded, &c, sizeof c) == 0) return;
+  P::load_config(c);
+  loaded = c;
+  have = true;
+}
+
+// One unit on tile set S: c (m x 16 int32, 64-byte rows) = a (m tokens, a_stride apart) . b.
+template <class P, int S, bool kSignedB>
+TS_INLINE void unit_dot(const int8_t* a, int64_t a_stride, const uint8_t* b, int32_t* c) {
+  P::template zero<3 * S + 2>();
+  P::template load<3 * S>(a, a_stride);
+  P::template load<3 * S + 1>(b, 64);
+  P::template dp<3 * S + 2, 3 * S, 3 * S + 1, kSignedB>();
+  P::template store<3 * S + 2>(c, 64);
+}
+template <class P, bool kSignedB>
+TS_INLINE void unit_dot(int set, const int8_t* a, int64_t a_stride, const uint8_t* b, int32_t* c) {
+  if (set == 0)
+    unit_dot<P, 0, kSignedB>(a, a_stride, b, c);
+  else
+    unit_dot<P, 1, kSignedB>(a, a_stride, b, c);
+}
+
+TS_INLINE __m512 load_half16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+TS_INLINE __m512i load_c(const int32_t* c) { return _mm512_load_si512(c); }
+
+TS_INLINE void store_rows(float* y, __m512 v, int n_rows) {
+  _mm512_mask_storeu_ps(y, __mmask16((1u << n_rows) - 1), v);
+}
+
+template <DType W>
+constexpr int group_bytes32() {
+  return W == DType::Q8_0   ? pq8_0::kBytes
+         : W == DType::Q4_0 ? pq4_0::kBytes
+         : W == DType::Q4_1 ? pq4_1::kBytes
+         : W == DType::Q5_0 ? pq5_0::kBytes
+                            : pq5_1::kBytes;
+}
+template <DType W>
+constexpr int d_offset32() {
+  return W == DType::Q8_0   ? pq8_0::kD
+         : W == DType::Q4_0 ? pq4_0::kD
+         : W == DType::Q4_1 ? pq4_1::kD
+         : W == DType::Q5_0 ? pq5_0::kD
+                            : pq5_1::kD;
+}
+template <DType W>
+constexpr bool has_min32() {
+  return W == DType::Q4_1 || W == DType::Q5_1;
+}
+
+// The tokens [t, t + m) of one panel (M: m as a constant, so the accumulators live in
+// registers; 0: m at run time).
+struct Group {
+  const Act& act;
+  int t, m;
+  float* y;
+  int64_t ys;
+  int n_rows;
+  const int8_t* a() const { return act.at(act.qs, t); }
+};
+
+// 32-element blocks. Q8_0 multiplies its signed panel levels directly (no offset); the
+// others multiply their unpacked unsigned levels and add the activations' -offset * sum
+// (Q4_0/Q5_0), or add the min term (Q4_1/Q5_1), as tile32 does.
+template <DType W, class P, int M>
+void group32(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Group& gr) {
+  constexpr int kG = group_bytes32<W>();
+  constexpr bool kSigned = W == DType::Q8_0;
+  constexpr bool kCorr = W == DType::Q4_0 || W == DType::Q5_0;
+  const int m = M ? M : gr.m;
+  const Act& act = gr.act;
+  alignas(64) int32_t cbuf[2][kTok * 16];
+  __m512 acc[kTok];
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* a = gr.a();
+  auto dot = [&](int64_t b) {
+    const uint8_t* bt = kSigned ? panel + b * kG : levels + b * kUnpacked32;
+    unit_dot<P, kSigned>(int(b & 1), a + 32 * b, act.tok_bytes, bt, cbuf[b & 1]);
+  };
+  dot(0);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b + 1 < nb) dot(b + 1);  // the next unit's tiles run while this one's floats do
+    const uint8_t* g = panel + b * kG;
+    const int32_t* c = cbuf[b & 1];
+    const __m512 dw = load_half16(g + d_offset32<W>());
+    TS_UNROLL
+    for (int i = 0; i < kTok; ++i) {
+      if (i >= m) break;
+      __m512i s = load_c(c + 16 * i);
+      if constexpr (kCorr) s = _mm512_add_epi32(s, _mm512_set1_epi32(act.at(act.corr, gr.t + i)[b]));
+      const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(act.at(act.d, gr.t + i)[b]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dxw, acc[i]);
+      if constexpr (has_min32<W>()) {
+        constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+        acc[i] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(act.at(act.s, gr.t + i)[b]), acc[i]);
+      }
+    }
+  }
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) {
+    if (i >= m) break;
+    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
+  }
+}
+
+// Q4_K / Q5_K: the 8 sub-block sums of a 256-block by tiles, then tile_kxx's arithmetic:
+// isum = sum_j sc[j] * dot_j, the mins through the activations' sub-block sums.
+template <DType W, class P, int M>
+void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const Group& gr) {
+  constexpr int kG = W == DType::Q4_K ? pq4_k::kBytes : pq5_k::kBytes;
+  constexpr int kSc = pq4_k::kSc, kMn = pq4_k::kMn, kD = pq4_k::kD, kDmin = pq4_k::kDmin;
+  static_assert(kSc == pq5_k::kSc && kMn == pq5_k::kMn && kD == pq5_k::kD && kDmin == pq5_k::kDmin);
+  const int m = M ? M : gr.m;
+  const Act& act = gr.act;
+  alignas(64) int32_t cbuf[8][kTok * 16];
+  __m512 acc[kTok];
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* a = gr.a();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* g = panel + sb * kG;
+    const uint8_t* lv = levels + sb * kUnpackedK;
+    for (int j = 0; j < 8; ++j) unit_dot<P, false>(j & 1, a + 256 * sb + 32 * j, act.tok_bytes, lv + 512 * j, cbuf[j]);
+    __m512i sc[8];
+    TS_UNROLL
+    for (int j = 0; j < 8; ++j)
+      sc[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * j)));
+    const __m512 d = load_half16(g + kD), dmin = load_half16(g + kDmin);
+    TS_UNROLL
+    for (int i = 0; i < kTok; ++i) {
+      if (i >= m) break;
+      __m512i isum = _mm512_setzero_si512();
+      TS_UNROLL
+      for (int j = 0; j < 8; ++j) isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(load_c(cbuf[j] + 16 * i), sc[j]));
+      const int16_t* xs = act.at(act.xs, gr.t + i) + 8 * sb;
+      __m512i imin = _mm512_setzero_si512();
+      TS_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kMn + 32 * p)));
+        int32_t pair;
+        std::memcpy(&pair, xs + 2 * p, 4);
+        imin = _mm512_dpwssd_epi32(imin, mn, _mm512_set1_epi32(pair));
+      }
+      const __m512 dx = _mm512_set1_ps(act.at(act.d, gr.t + i)[sb]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc[i]);
+      acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[i]);
+    }
+  }
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) {
+    if (i >= m) break;
+    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 columns (units of K = 16), levels q + 32 unsigned, the
+// activations' -32 * sum per 16 added, then tile_q6_kx's arithmetic.
+template <class P, int M>
+void group_q6k(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const Group& gr) {
+  const int m = M ? M : gr.m;
+  const Act& act = gr.act;
+  alignas(64) int32_t cbuf[16][kTok * 16];
+  __m512 acc[kTok];
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* a = gr.a();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* g = panel + sb * pq6_k::kBytes;
+    const uint8_t* lv = levels + sb * kUnpackedK;
+    for (int j = 0; j < 16; ++j) {
+      // Sub-block j = 8n + 2q + hh + 4half sits at vector 16 (2n + q) + 8 hh + 4 half.
+      const int n = j / 8, q = (j / 2) & 1, hh = j & 1, half = (j / 4) & 1;
+      unit_dot<P, false>(j & 1, a + 256 * sb + 16 * j, act.tok_bytes, lv + 64 * (16 * (2 * n + q) + 8 * hh + 4 * half),
+                         cbuf[j]);
+    }
+    const __m512 d = load_half16(g + pq6_k::kD);
+    TS_UNROLL
+    for (int i = 0; i < kTok; ++i) {
+      if (i >= m) break;
+      const int32_t* corr = act.at(act.corr, gr.t + i) + 16 * sb;
+      __m512i isum = _mm512_setzero_si512();
+      for (int j = 0; j < 16; ++j) {
+        const __m512i sc =
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j)));
+        const __m512i s = _mm512_add_epi32(load_c(cbuf[j] + 16 * i), _mm512_set1_epi32(corr[j]));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s, sc));
+      }
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                               _mm512_mul_ps(d, _mm512_set1_ps(act.at(act.d, gr.t + i)[sb])), acc[i]);
+    }
+  }
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) {
+    if (i >= m) break;
+    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
+  }
+}
+
+template <DType W, class P, int M>
+void group(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Group& gr) {
+  if constexpr (W == DType::Q4_K || W == DType::Q5_K)
+    group_k45<W, P, M>(panel, levels, nb, gr);
+  else if constexpr (W == DType::Q6_K)
+    group_q6k<P, M>(panel, levels, nb, gr);
+  else
+    group32<W, P, M>(panel, levels, nb, gr);
+}
+
+// Fewer tokens than this go to the VNNI tiles (a tile multiply of few rows does little).
+constexpr int kMinTokens = kTok;
+
+template <DType W, class P>
+void gemm(const uint8_t* panel, int64_t rb, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
+  if (nt < kMinTokens) return avx512::quant_gemm(W)(panel, rb, n_rows, act, t0, nt, y, ys);
+  constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
+  const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
+  const uint8_t* levels = nullptr;
+  if constexpr (W != DType::Q8_0) {
+    uint8_t* buf = avx512::scratch_levels(nb * (kK ? kUnpackedK : kUnpacked32));
+    avx512::unpack_levels(W, panel, nb, buf);
+    levels = buf;
+  }
+  const int k_bytes = W == DType::Q6_K ? 16 : 32;
+  for (int t = t0; t < t0 + nt; t += kTok) {
+    const Group gr{act, t, std::min(kTok, t0 + nt - t), y, ys, n_rows};
+    configure<P>(gr.m, k_bytes);
+    if (gr.m == kTok)
+      group<W, P, kTok>(panel, levels, nb, gr);
+    else
+      group<W, P, 0>(panel, levels, nb, gr);
+  }
+}
+
+template <class P>
+PanelGemmFn quant_gemm_of(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+      return gemm<DType::Q8_0, P>;
+    case DType::Q4_0:
+      return gemm<DType::Q4_0, P>;
+    case DType::Q4_1:
+      return gemm<DType::Q4_1, P>;
+    case DType::Q5_0:
+      return gemm<DType::Q5_0, P>;
+    case DType::Q5_1:
+      return gemm<DType::Q5_1, P>;
+    case DType::Q4_K:
+      return gemm<DType::Q4_K, P>;
+    case DType::Q5_K:
+      return gemm<DType::Q5_K, P>;
+    case DType::Q6_K:
+      return gemm<DType::Q6_K, P>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+PanelGemmFn quant_gemm(DType t) { return quant_gemm_of<HwTiles>(t); }
+PanelGemmFn emulated_gemm(DType t) { return quant_gemm_of<EmuTiles>(t); }
+
+}  // namespace ts::kernels::amx
