@@ -77,6 +77,11 @@ CpuFeatures cap_features(const CpuFeatures& in, const std::string& isa) {
     f.amx_int8 = f.amx_bf16 = false;
     return f;
   }
+  if (isa == "amx-emulated") {  // the AMX kernels with their tiles in software (for tests)
+    f.amx_int8 = f.amx_emulated = f.avx512_vnni;
+    f.amx_bf16 = false;
+    return f;
+  }
   return f;  // "native" or unknown: everything detected
 }
 
@@ -99,7 +104,8 @@ std::string CpuFeatures::to_string() const {
   add(avx512, "avx512");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_bf16, "avx512_bf16");
-  add(amx_int8, "amx_int8");
+  add(amx_int8 && !amx_emulated, "amx_int8");
+  add(amx_emulated, "amx_int8(emulated)");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "scalar" : s;
 }

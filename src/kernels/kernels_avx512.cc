@@ -1,4 +1,5 @@
 // The AVX-512 and AMX rows of the dispatch table (kernels_impl.h).
+#include "core/cpu_features.h"
 #include "gemm_amx.h"
 #include "gemm_avx512.h"
 #include "kernels_impl.h"
@@ -16,7 +17,7 @@ IsaKernels avx512_kernels(DType t) {
 
 IsaKernels amx_kernels(DType t) {
   IsaKernels k;
-  k.gemm = amx::quant_gemm(t);
+  k.gemm = cpu_features().amx_emulated ? amx::emulated_gemm(t) : amx::quant_gemm(t);
   return k;
 }
 

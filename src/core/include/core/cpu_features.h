@@ -2,7 +2,9 @@
 //
 // TIERSERVE_ISA=scalar|avx2|avx512|native caps the detected level, so tests and benchmarks
 // can force each kernel path on one machine (avx512: everything but AMX; native, or amx:
-// everything detected).
+// everything detected). TIERSERVE_ISA=amx-emulated, on a CPU with AVX-512 VNNI, runs the
+// AMX kernels with their tile instructions executed in software: slow, for end-to-end
+// tests of that path on machines without AMX.
 #pragma once
 
 #include <string>
@@ -16,13 +18,15 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool amx_int8 = false;    // AMX-TILE + AMX-INT8, and the OS granted tile state
   bool amx_bf16 = false;
+  bool amx_emulated = false;  // amx_int8 by software tiles (TIERSERVE_ISA=amx-emulated)
   std::string to_string() const;  // "avx2 avx512 vnni bf16"
 };
 
 // Detected once, then capped by TIERSERVE_ISA.
 const CpuFeatures& cpu_features();
 
-// Detected features capped at `isa` ("scalar", "avx2", "avx512", "amx" or "native").
+// Detected features capped at `isa` ("scalar", "avx2", "avx512", "amx" or "native"), or
+// with AMX emulated ("amx-emulated").
 CpuFeatures cap_features(const CpuFeatures& f, const std::string& isa);
 
 }  // namespace ts
