@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "gguf/gguf.h"
 
 namespace ts {
@@ -104,6 +105,26 @@ TEST_F(RunCli, OneTokenHasNoDecodePass) {
   EXPECT_EQ(j["decode_passes"], 0);
   EXPECT_EQ(j["gen_tok_s"], 0.0);  // no decode speed to report (it used to divide 1 token by the sampling time)
   EXPECT_EQ(j["gb_s"], 0.0);
+}
+
+// --json names the matrix kernels' path, which TIERSERVE_ISA (inherited by the child) picks;
+// every path gives the golden tokens.
+TEST_F(RunCli, JsonNamesTheKernelPath) {
+  const auto c = golden()["cases"][0];
+  const auto want_tokens = c["completion_tokens"].get<std::vector<int>>();
+  ASSERT_GE(want_tokens.size(), 4u);
+  std::vector<std::pair<std::string, std::string>> cases = {{"scalar", "scalar"}};
+  if (cpu_features().avx512_vnni) cases.push_back({"amx-emulated", "amx"});
+  for (const auto& [isa, want] : cases) {
+    setenv("TIERSERVE_ISA", isa.c_str(), 1);
+    const Proc p = run({"-m", kModel, "-p", c["prompt"].get<std::string>(), "-n", "4", "--temp", "0", "--json"});
+    unsetenv("TIERSERVE_ISA");
+    ASSERT_EQ(p.code, 0) << p.err;
+    const auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["kernels"], want) << isa;
+    EXPECT_EQ(j["tokens"].get<std::vector<int>>(), std::vector<int>(want_tokens.begin(), want_tokens.begin() + 4))
+        << isa;
+  }
 }
 
 TEST_F(RunCli, StreamedTextEqualsJsonText) {

@@ -19,10 +19,12 @@
 #include "commands.h"
 #include "model_path.h"
 #include "core/clock.h"
+#include "core/cpu_features.h"
 #include "engine/model.h"
 #include "engine/perf.h"
 #include "engine/sampling.h"
 #include "engine/stop.h"
+#include "kernels/traits.h"
 #include "models/register.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -325,6 +327,8 @@ int cmd_run(int argc, char** argv) {
     j["gb_s"] = gbs;
     j["peak_gb_s"] = peak;
     j["n_threads"] = model.n_threads();
+    j["kernels"] = kernels::isa_name(kernels::best_isa());  // the matrix kernels' path
+    j["cpu_features"] = cpu_features().to_string();
     j["n_ctx"] = ctx.n_ctx();
     j["seed"] = sp.seed;
     j["logits_hash"] = hash_hex;
