@@ -301,15 +301,21 @@ void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
   static_assert(kSc == pq5_k::kSc && kMn == pq5_k::kMn && kD == pq5_k::kD && kDmin == pq5_k::kDmin);
   const int m = M ? M : gr.m;
   const Act& act = gr.act;
-  alignas(64) int32_t cbuf[8][kTok * 16];
+  alignas(64) int32_t cbufs[2][8][kTok * 16];
   __m512 acc[kTok];
   TS_UNROLL
   for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* a = gr.a();
+  auto dots = [&](int64_t sb) {
+    for (int j = 0; j < 8; ++j)
+      unit_dot<P, false>(j & 1, a + 256 * sb + 32 * j, act.tok_bytes, levels + sb * kUnpackedK + 512 * j,
+                         cbufs[sb & 1][j]);
+  };
+  dots(0);
   for (int64_t sb = 0; sb < nsb; ++sb) {
+    if (sb + 1 < nsb) dots(sb + 1);  // the next block's tiles run while this one's integer work does
     const uint8_t* g = panel + sb * kG;
-    const uint8_t* lv = levels + sb * kUnpackedK;
-    for (int j = 0; j < 8; ++j) unit_dot<P, false>(j & 1, a + 256 * sb + 32 * j, act.tok_bytes, lv + 512 * j, cbuf[j]);
+    const auto& cbuf = cbufs[sb & 1];
     __m512i sc[8];
     TS_UNROLL
     for (int j = 0; j < 8; ++j)
@@ -348,20 +354,25 @@ template <class P, int M>
 void group_q6k(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const Group& gr) {
   const int m = M ? M : gr.m;
   const Act& act = gr.act;
-  alignas(64) int32_t cbuf[16][kTok * 16];
+  alignas(64) int32_t cbufs[2][16][kTok * 16];
   __m512 acc[kTok];
   TS_UNROLL
   for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* a = gr.a();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* g = panel + sb * pq6_k::kBytes;
+  auto dots = [&](int64_t sb) {
     const uint8_t* lv = levels + sb * kUnpackedK;
     for (int j = 0; j < 16; ++j) {
       // Sub-block j = 8n + 2q + hh + 4half sits at vector 16 (2n + q) + 8 hh + 4 half.
       const int n = j / 8, q = (j / 2) & 1, hh = j & 1, half = (j / 4) & 1;
       unit_dot<P, false>(j & 1, a + 256 * sb + 16 * j, act.tok_bytes, lv + 64 * (16 * (2 * n + q) + 8 * hh + 4 * half),
-                         cbuf[j]);
+                         cbufs[sb & 1][j]);
     }
+  };
+  dots(0);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    if (sb + 1 < nsb) dots(sb + 1);
+    const uint8_t* g = panel + sb * pq6_k::kBytes;
+    const auto& cbuf = cbufs[sb & 1];
     const __m512 d = load_half16(g + pq6_k::kD);
     TS_UNROLL
     for (int i = 0; i < kTok; ++i) {
