@@ -215,27 +215,6 @@ TS_INLINE void store_rows(float* y, __m512 v, int n_rows) {
   _mm512_mask_storeu_ps(y, __mmask16((1u << n_rows) - 1), v);
 }
 
-template <DType W>
-constexpr int group_bytes32() {
-  return W == DType::Q8_0   ? pq8_0::kBytes
-         : W == DType::Q4_0 ? pq4_0::kBytes
-         : W == DType::Q4_1 ? pq4_1::kBytes
-         : W == DType::Q5_0 ? pq5_0::kBytes
-                            : pq5_1::kBytes;
-}
-template <DType W>
-constexpr int d_offset32() {
-  return W == DType::Q8_0   ? pq8_0::kD
-         : W == DType::Q4_0 ? pq4_0::kD
-         : W == DType::Q4_1 ? pq4_1::kD
-         : W == DType::Q5_0 ? pq5_0::kD
-                            : pq5_1::kD;
-}
-template <DType W>
-constexpr bool has_min32() {
-  return W == DType::Q4_1 || W == DType::Q5_1;
-}
-
 // The tokens [t, t + m) of one panel (M: m as a constant, so the accumulators live in
 // registers; 0: m at run time).
 struct Group {
@@ -245,7 +224,20 @@ struct Group {
   int64_t ys;
   int n_rows;
   const int8_t* a() const { return act.at(act.qs, t); }
+  // The accumulators of the first m tokens into their rows of y.
+  TS_INLINE void store(const __m512* acc, int m) const {
+    TS_UNROLL
+    for (int i = 0; i < kTok; ++i) {
+      if (i >= m) break;
+      store_rows(y + (t + i) * ys, acc[i], n_rows);
+    }
+  }
 };
+
+TS_INLINE void zero(__m512* acc) {
+  TS_UNROLL
+  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+}
 
 // 32-element blocks. Q8_0 multiplies its signed panel levels directly (no offset); the
 // others multiply their unpacked unsigned levels and add the activations' -offset * sum
@@ -259,8 +251,7 @@ void group32(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Grou
   const Act& act = gr.act;
   alignas(64) int32_t cbuf[2][kTok * 16];
   __m512 acc[kTok];
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  zero(acc);
   const int8_t* a = gr.a();
   auto dot = [&](int64_t b) {
     const uint8_t* bt = kSigned ? panel + b * kG : levels + b * kUnpacked32;
@@ -280,16 +271,12 @@ void group32(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Grou
       const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(act.at(act.d, gr.t + i)[b]));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dxw, acc[i]);
       if constexpr (has_min32<W>()) {
-        constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+        constexpr int kM = m_offset32<W>();
         acc[i] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(act.at(act.s, gr.t + i)[b]), acc[i]);
       }
     }
   }
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) {
-    if (i >= m) break;
-    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
-  }
+  gr.store(acc, m);
 }
 
 // Q4_K / Q5_K: the 8 sub-block sums of a 256-block by tiles, then tile_kxx's arithmetic:
@@ -303,8 +290,7 @@ void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
   const Act& act = gr.act;
   alignas(64) int32_t cbufs[2][8][kTok * 16];
   __m512 acc[kTok];
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  zero(acc);
   const int8_t* a = gr.a();
   auto dots = [&](int64_t sb) {
     for (int j = 0; j < 8; ++j)
@@ -341,11 +327,7 @@ void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
       acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), acc[i]);
     }
   }
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) {
-    if (i >= m) break;
-    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
-  }
+  gr.store(acc, m);
 }
 
 // Q6_K: 16 sub-blocks of 16 columns (units of K = 16), levels q + 32 unsigned, the
@@ -356,8 +338,7 @@ void group_q6k(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
   const Act& act = gr.act;
   alignas(64) int32_t cbufs[2][16][kTok * 16];
   __m512 acc[kTok];
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) acc[i] = _mm512_setzero_ps();
+  zero(acc);
   const int8_t* a = gr.a();
   auto dots = [&](int64_t sb) {
     const uint8_t* lv = levels + sb * kUnpackedK;
@@ -389,11 +370,7 @@ void group_q6k(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
                                _mm512_mul_ps(d, _mm512_set1_ps(act.at(act.d, gr.t + i)[sb])), acc[i]);
     }
   }
-  TS_UNROLL
-  for (int i = 0; i < kTok; ++i) {
-    if (i >= m) break;
-    store_rows(gr.y + (gr.t + i) * gr.ys, acc[i], gr.n_rows);
-  }
+  gr.store(acc, m);
 }
 
 template <DType W, class P, int M>

@@ -79,27 +79,6 @@ struct Tokens {
 // ---------------------------------------------------------------------------------------
 // 32-element blocks.
 
-template <DType W>
-constexpr int group_bytes32() {
-  return W == DType::Q8_0   ? pq8_0::kBytes
-         : W == DType::Q4_0 ? pq4_0::kBytes
-         : W == DType::Q4_1 ? pq4_1::kBytes
-         : W == DType::Q5_0 ? pq5_0::kBytes
-                            : pq5_1::kBytes;
-}
-template <DType W>
-constexpr int d_offset32() {
-  return W == DType::Q8_0   ? pq8_0::kD
-         : W == DType::Q4_0 ? pq4_0::kD
-         : W == DType::Q4_1 ? pq4_1::kD
-         : W == DType::Q5_0 ? pq5_0::kD
-                            : pq5_1::kD;
-}
-template <DType W>
-constexpr bool has_min32() {
-  return W == DType::Q4_1 || W == DType::Q5_1;
-}
-
 template <DType W, int T>
 void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
   constexpr int kG = group_bytes32<W>();
@@ -161,7 +140,7 @@ void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, 
         const __m256 dxw = _mm256_mul_ps(dw, _mm256_set1_ps(tk.d[t][b]));
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dxw, acc[t]);
         if constexpr (has_min32<W>()) {
-          constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+          constexpr int kM = m_offset32<W>();
           acc[t] = _mm256_fmadd_ps(load_half8(g + kM + 16 * half), _mm256_set1_ps(tk.s[t][b]), acc[t]);
         }
       }

@@ -116,27 +116,6 @@ TS_INLINE void unpack32(const uint8_t* g, __m512i lo[4], __m512i hi[4]) {
   for (int h = 0; h < 4; ++h) unpack32_pair<W>(g, h, lo[h], hi[h]);
 }
 
-template <DType W>
-constexpr int group_bytes32() {
-  return W == DType::Q8_0   ? pq8_0::kBytes
-         : W == DType::Q4_0 ? pq4_0::kBytes
-         : W == DType::Q4_1 ? pq4_1::kBytes
-         : W == DType::Q5_0 ? pq5_0::kBytes
-                            : pq5_1::kBytes;
-}
-template <DType W>
-constexpr int d_offset32() {
-  return W == DType::Q8_0   ? pq8_0::kD
-         : W == DType::Q4_0 ? pq4_0::kD
-         : W == DType::Q4_1 ? pq4_1::kD
-         : W == DType::Q5_0 ? pq5_0::kD
-                            : pq5_1::kD;
-}
-template <DType W>
-constexpr bool has_min32() {
-  return W == DType::Q4_1 || W == DType::Q5_1;
-}
-
 // Decode (few tokens) streams the panels at DRAM speed. No software prefetch here: the
 // panels of a matrix are one sequential stream, which the hardware prefetchers follow, and
 // prefetching 2 or 8 blocks ahead into L1 or L2 on top of them measured 10-25% slower for
@@ -187,7 +166,7 @@ void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, 
       const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(tk.d[t][b]));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), dxw, acc[t]);
       if constexpr (has_min32<W>()) {
-        constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+        constexpr int kM = m_offset32<W>();
         acc[t] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(tk.s[t][b]), acc[t]);
       }
     }
@@ -275,7 +254,7 @@ TS_INLINE void block32x(const uint8_t* g, const uint8_t* pre, const uint8_t* x, 
     const __m512 dxw = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), dxw, acc[t]);
     if constexpr (has_min32<W>()) {
-      constexpr int kM = W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+      constexpr int kM = m_offset32<W>();
       float sx;
       std::memcpy(&sx, x + kAux + 4 * t, 4);
       acc[t] = _mm512_fmadd_ps(load_half16(g + kM), _mm512_set1_ps(sx), acc[t]);

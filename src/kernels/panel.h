@@ -57,6 +57,33 @@ inline constexpr int kNib = 0, kHbit = 256, kD = 320, kBytes = 352;
 namespace pq5_1 {
 inline constexpr int kNib = 0, kHbit = 256, kD = 320, kM = 352, kBytes = 384;
 }
+// The 32-element types' group bytes, scale and min offsets, as constants for kernels
+// templated on the type.
+template <DType W>
+constexpr int group_bytes32() {
+  return W == DType::Q8_0   ? pq8_0::kBytes
+         : W == DType::Q4_0 ? pq4_0::kBytes
+         : W == DType::Q4_1 ? pq4_1::kBytes
+         : W == DType::Q5_0 ? pq5_0::kBytes
+                            : pq5_1::kBytes;
+}
+template <DType W>
+constexpr int d_offset32() {
+  return W == DType::Q8_0   ? pq8_0::kD
+         : W == DType::Q4_0 ? pq4_0::kD
+         : W == DType::Q4_1 ? pq4_1::kD
+         : W == DType::Q5_0 ? pq5_0::kD
+                            : pq5_1::kD;
+}
+template <DType W>
+constexpr bool has_min32() {
+  return W == DType::Q4_1 || W == DType::Q5_1;
+}
+template <DType W>
+constexpr int m_offset32() {  // Q4_1 / Q5_1
+  return W == DType::Q4_1 ? pq4_1::kM : pq5_1::kM;
+}
+
 namespace pq4_k {
 inline constexpr int kSc = 0, kMn = 128, kD = 256, kDmin = 288, kData = 320, kBytes = 2368;
 constexpr int nib(int c, int h) { return kData + 64 * (8 * c + h); }
