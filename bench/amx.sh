@@ -4,6 +4,11 @@
 #
 #   bash bench/amx.sh [--reps N]     # after scripts/build.sh; exit 77 without AMX
 #
+# On a machine without the build's packages, copy build/bin/tierserve,
+# build/src/kernels/matmul_test and build/tests/batching_test into a checkout's build/ with
+# the shared libraries `ldd build/bin/tierserve` names (libpcre2-8, libyaml-cpp) on
+# LD_LIBRARY_PATH; the models are made on the spot (random weights, no download).
+#
 # 1. matmul_test, whose panel tests include the hardware AMX path on such a CPU.
 # 2. batching_test: 16 sequences (steps of 16+ tokens on the tiles) == solo (VNNI).
 # 3. Per model (random weights, real shapes: 110m and 0.5b, Q8_0 and Q4_K_M; made once into
