@@ -165,6 +165,19 @@ class OpenAiSdk(unittest.TestCase):
         self.assertEqual(raw.headers["x-tierserve-tier-served"], "batch")
         self.assertEqual(raw.parse().service_tier, "batch")
 
+    def test_logit_bias(self):
+        # Token 432 is the "," that greedy decoding starts with; +100 on 383 (" there")
+        # makes it every token.
+        r = self.client.completions.create(model="m", prompt="Once upon a time", max_tokens=3, temperature=0,
+                                           logit_bias={"432": -100})
+        self.assertFalse(r.choices[0].text.startswith(","))
+        r = self.client.completions.create(model="m", prompt="Once upon a time", max_tokens=3, temperature=0,
+                                           logit_bias={"383": 100})
+        self.assertEqual(r.choices[0].text, " there there there")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="m", prompt="Hi", max_tokens=1, logit_bias={"512": 1})
+        self.assertEqual(e.exception.code, "invalid_value")
+
     def test_errors_are_sdk_exceptions(self):
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.completions.create(model="m", prompt="Hi", n=2)

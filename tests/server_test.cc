@@ -110,6 +110,28 @@ TEST_F(ServeBasic, TopPZeroSamplesTheGreedyGolden) {
   EXPECT_EQ(body_json(r)["choices"][0]["text"], ", there was a little girl named ");
 }
 
+// logit_bias on the golden greedy tokens of stories260K (", there" = ids 432, 383; a
+// vocabulary of 512): -100 bans the first, +100 forces the second at every position.
+TEST_F(ServeBasic, LogitBiasSteersGreedyDecoding) {
+  const std::string req = R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":0)";
+  const auto tokens = [&](const std::string& extra) {
+    const HttpResult r = post("/v1/completions", req + extra + "}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return body_json(r)["choices"][0]["logprobs"]["tokens"].get<std::vector<std::string>>();
+  };
+  const std::vector<std::string> plain = tokens("");
+  ASSERT_EQ(plain.size(), 4u);
+  EXPECT_EQ(plain[0] + plain[1], ", there");
+  const std::vector<std::string> banned = tokens(R"(,"logit_bias":{"432":-100})");
+  ASSERT_EQ(banned.size(), 4u);
+  EXPECT_NE(banned[0], plain[0]);
+  EXPECT_EQ(tokens(R"(,"logit_bias":{"383":100,"511":0})"), std::vector<std::string>(4, plain[1]));
+  const HttpResult past = post("/v1/completions", req + R"(,"logit_bias":{"512":1}})");
+  EXPECT_EQ(past.status, 400);
+  EXPECT_EQ(body_json(past)["error"]["param"], "logit_bias");
+  EXPECT_EQ(body_json(past)["error"]["code"], "invalid_value");
+}
+
 TEST_F(ServeBasic, ChatWithTheFallbackTemplate) {
   const HttpResult r = post("/v1/chat/completions",
                             R"({"messages":[{"role":"system","content":"Tell stories."},{"role":"user","content":"Hi"}],

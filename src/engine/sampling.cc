@@ -29,6 +29,10 @@ Status validate(const SamplingParams& p) {
   if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", p.frequency_penalty, "must be finite");
   if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", p.presence_penalty, "must be finite");
   if (p.penalty_last_n < 0) return bad("penalty_last_n", p.penalty_last_n, "must be >= 0");
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id < 0) return bad("logit_bias token id", id, "must be >= 0");
+    if (!std::isfinite(b)) return bad("logit_bias", b, "must be finite");
+  }
   return Status::ok();
 }
 
@@ -113,7 +117,7 @@ struct Cand {
 // vocabulary, 1 MB of exponentials, and as much for logits with penalties).
 struct Scratch {
   std::vector<Cand> cands;     // collected candidates
-  std::vector<float> work, e;  // logits with penalties; exponentials
+  std::vector<float> work, e;  // logits with bias and penalties; exponentials
   std::vector<double> bsum;    // draw_all's sums per block
   std::vector<int32_t> counts; // per token id, left all zero
 };
@@ -164,6 +168,10 @@ void Sampler::apply_penalties(std::vector<float>& l) {
   }
 }
 
+void Sampler::apply_bias(std::vector<float>& l) const {
+  for (const auto& [id, b] : p_.logit_bias)
+    if (id >= 0 && size_t(id) < l.size()) l[size_t(id)] += b;
+}
 
 // Temperature softmax over the whole vocabulary in id order (tokens below `cut` get
 // probability 0), then the token where the cumulative sum passes u * sum: the exps 16 at a
@@ -242,13 +250,15 @@ size_t Sampler::ordered_candidates(std::span<const float> w, float mx) {
 int32_t Sampler::sample(std::span<const float> logits) {
   const bool penalties = !history_.empty() &&
                          (p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f);
-  if (p_.temperature <= 0.0f && !penalties) return argmax(logits);
+  const bool bias = !p_.logit_bias.empty();
+  if (p_.temperature <= 0.0f && !penalties && !bias) return argmax(logits);
   if (logits.empty()) return -1;
   Scratch& sc = scratch();
   std::span<const float> w = logits;
-  if (penalties) {
+  if (penalties || bias) {
     sc.work.assign(logits.begin(), logits.end());
-    apply_penalties(sc.work);
+    apply_bias(sc.work);
+    if (penalties) apply_penalties(sc.work);
     w = sc.work;
   }
   const int32_t best = argmax(w);

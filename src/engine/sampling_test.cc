@@ -338,6 +338,35 @@ TEST(Sampling, PenaltyWindow) {
   EXPECT_EQ(s.sample(l), 0);
 }
 
+TEST(Sampling, LogitBiasComesFirst) {
+  const std::vector<float> l = {2.0f, 1.8f, -1.0f};
+  // Greedy follows the biased logits; the input is not modified.
+  SamplingParams p;
+  p.logit_bias = {{0, -100.0f}};
+  Sampler s(p);
+  EXPECT_EQ(s.sample(l), 1);
+  EXPECT_EQ(l[0], 2.0f);
+  p.logit_bias = {{2, 3.5f}, {7, 50.0f}};  // id 7 is past the vocabulary: skipped
+  EXPECT_EQ(Sampler(p).sample(l), 2);      // -1.0 + 3.5 = 2.5
+  // Bias before penalties, as in llama.cpp's sampler chain (token 0 seen once, penalty 2).
+  SamplingParams q;
+  q.repeat_penalty = 2.0f;
+  q.logit_bias = {{0, 2.0f}};  // bias first: (2 + 2) / 2 = 2.0 > 1.8; penalty first: 1 + 2 = 3
+  Sampler t(q);
+  t.accept(0);
+  EXPECT_EQ(t.sample(l), 0);
+  q.logit_bias = {{0, 1.4f}};  // bias first: (2 + 1.4) / 2 = 1.7 < 1.8; penalty first: 2.4
+  Sampler u(q);
+  u.accept(0);
+  EXPECT_EQ(u.sample(l), 1);
+  // Sampling at a temperature: a token banned with -100 never comes.
+  SamplingParams r{.temperature = 1.0f, .seed = 9};
+  r.logit_bias = {{1, -100.0f}};
+  const auto h = histogram(r, logits_of({0.3, 0.4, 0.3}), 3000);
+  EXPECT_EQ(h.count(1), 0u);
+  EXPECT_NEAR(h.at(0) / 3000.0, 0.5, 0.05);
+}
+
 TEST(Sampling, ValidateRejectsBadValues) {
   EXPECT_TRUE(validate({}).is_ok());
   EXPECT_FALSE(validate({.temperature = -1.0f}).is_ok());
@@ -350,6 +379,15 @@ TEST(Sampling, ValidateRejectsBadValues) {
   EXPECT_FALSE(validate({.min_p = -0.1f}).is_ok());
   EXPECT_FALSE(validate({.repeat_penalty = 0.0f}).is_ok());
   EXPECT_FALSE(validate({.penalty_last_n = -3}).is_ok());
+  SamplingParams b;
+  b.logit_bias = {{-1, 1.0f}};
+  EXPECT_FALSE(validate(b).is_ok());
+  for (float v : {NAN, INFINITY, -INFINITY}) {
+    b.logit_bias = {{3, v}};
+    EXPECT_FALSE(validate(b).is_ok()) << v;
+  }
+  b.logit_bias = {{3, -100.0f}, {5, 100.0f}};
+  EXPECT_TRUE(validate(b).is_ok());
   EXPECT_EQ(validate({.temperature = -1.0f}).code(), StatusCode::kInvalidArgument);
 }
 

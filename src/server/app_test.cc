@@ -34,6 +34,7 @@ class FakeBackend : public Backend {
     return std::vector<int32_t>(s.begin(), s.end());
   }
   int64_t max_seq_len() const override { return seq_len; }
+  int32_t n_vocab() const override { return 256; }
   serving::Stats stats() const override { return {}; }
 
   void play(size_t i, serving::Update u) {

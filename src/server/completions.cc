@@ -289,6 +289,15 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   } else {
     prompt = backend_.tokenize_prompt(r.prompt);
   }
+  for (const auto& [t, b] : r.logit_bias) {
+    if (t >= backend_.n_vocab()) {
+      out->respond(error_response(bad_request("'logit_bias' names token " + std::to_string(t) +
+                                                  ", past the vocabulary of " + std::to_string(backend_.n_vocab()) +
+                                                  " tokens",
+                                              "logit_bias", "invalid_value")));
+      return;
+    }
+  }
   if (prompt.empty()) {
     out->respond(error_response(bad_request("the prompt has no tokens", ep == Endpoint::kChat ? "messages" : "prompt", "invalid_value")));
     return;
@@ -358,6 +367,7 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   g.sampling.presence_penalty = float(r.presence_penalty);
   g.sampling.repeat_penalty = float(r.repetition_penalty);
   g.sampling.seed = r.seed ? uint64_t(*r.seed) : random_seed();
+  g.sampling.logit_bias = r.logit_bias;
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   g.logprobs = r.logprobs;

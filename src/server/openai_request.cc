@@ -266,8 +266,29 @@ std::optional<ApiError> parse_object(const json& j, Endpoint ep, const RequestLi
   }
   if (has("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>())) return unsupported("echo", "is not supported");
   if (has("suffix")) return unsupported("suffix", "is not supported");
-  if (has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    return unsupported("logit_bias", "is not supported");
+  if (has("logit_bias")) {
+    const json& lb = j["logit_bias"];
+    if (!lb.is_object()) return type_error("logit_bias", "an object of token ids to numbers");
+    if (int64_t(lb.size()) > lim.max_logit_bias)
+      return bad_request("'logit_bias' has " + std::to_string(lb.size()) + " entries (at most " +
+                             std::to_string(lim.max_logit_bias) + ")",
+                         "logit_bias", "invalid_value");
+    for (const auto& [key, v] : lb.items()) {
+      // Keys are token ids written in decimal: "50256".
+      int64_t id = 0;
+      bool ok = !key.empty() && key.size() <= 10;
+      for (char c : key) {
+        ok = ok && c >= '0' && c <= '9';
+        if (ok) id = id * 10 + (c - '0');
+      }
+      if (!ok || id > std::numeric_limits<int32_t>::max())
+        return bad_request("'logit_bias' key '" + key.substr(0, 32) + "' is not a token id (a decimal integer >= 0)",
+                           "logit_bias", "invalid_value");
+      double b = 0.0;
+      if (auto e = read_num(v, "logit_bias." + key, -100.0, 100.0, b)) return e;
+      r.logit_bias.emplace_back(int32_t(id), float(b));
+    }
+  }
   if (has("response_format")) {
     const json& f = j["response_format"];
     if (!f.is_object() || !f.contains("type") || !f["type"].is_string() || f["type"].get<std::string>() != "text")

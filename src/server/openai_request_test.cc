@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace ts::server {
 namespace {
 
@@ -55,6 +57,21 @@ TEST(OpenAiRequest, Logprobs) {
   c = {};
   ASSERT_FALSE(parse_completion_request(R"({"prompt":"a","logprobs":0})", Endpoint::kCompletions, lim, c));
   EXPECT_EQ(c.logprobs, 0);
+}
+
+TEST(OpenAiRequest, LogitBias) {
+  CompletionRequest r;
+  ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"a"}],"logit_bias":{"50256":-100,"7":2.5,"0":100}})", r));
+  auto got = r.logit_bias;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::pair<int32_t, float>>{{0, 100.0f}, {7, 2.5f}, {50256, -100.0f}}));
+  r = {};
+  ASSERT_FALSE(comp(R"({"prompt":"a","logit_bias":{}})", r));
+  EXPECT_TRUE(r.logit_bias.empty());
+  RequestLimits lim;
+  lim.max_logit_bias = 2;
+  EXPECT_TRUE(comp(R"({"prompt":"a","logit_bias":{"1":1,"2":2,"3":3}})", r, lim).has_value());
+  EXPECT_FALSE(comp(R"({"prompt":"a","logit_bias":{"1":1,"2":2}})", r, lim).has_value());
 }
 
 TEST(OpenAiRequest, CompletionDefaults) {
@@ -130,6 +147,17 @@ TEST(OpenAiRequest, BadRequestsAre400WithTheField) {
       {Endpoint::kCompletions, R"({"prompt":[1,2,3]})", "prompt", "unsupported_parameter"},
       {Endpoint::kCompletions, R"({"prompt":42})", "prompt", "invalid_type"},
       {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "unsupported_parameter"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":[1]})", "logit_bias", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1":101}})", "logit_bias.1", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1":-100.5}})", "logit_bias.1", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1":"5"}})", "logit_bias.1", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1":null}})", "logit_bias.1", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"-1":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1.5":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{" 1":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"2147483648":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"99999999999999999999":5}})", "logit_bias", "invalid_value"},
       {Endpoint::kCompletions, R"({"prompt":"a","best_of":3})", "best_of", "unsupported_parameter"},
       {Endpoint::kCompletions, R"({"prompt":"a","seed":1.5})", "seed", "invalid_type"},
   };

@@ -26,6 +26,8 @@ Result<std::vector<int32_t>> ServiceBackend::tokenize_chat(std::span<const tok::
 
 int64_t ServiceBackend::max_seq_len() const { return s_.max_seq_len(); }
 
+int32_t ServiceBackend::n_vocab() const { return int32_t(s_.model().config().n_vocab); }
+
 serving::Stats ServiceBackend::stats() const { return s_.stats(); }
 
 }  // namespace ts::server

@@ -96,6 +96,10 @@ Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
   if (req.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
   if (req.logprobs < -1 || req.logprobs > 20) return invalid_argument("logprobs must be -1 (off) or 0..20");
   TS_RETURN_IF_ERROR(engine::validate(req.sampling));
+  for (const auto& [t, b] : req.sampling.logit_bias)
+    if (t >= m.n_vocab)
+      return invalid_argument("logit_bias: token id " + std::to_string(t) + " out of range [0, " +
+                              std::to_string(m.n_vocab) + ")");
   if (!cb) return invalid_argument("no callback");
 
   int64_t max_tokens = std::min(req.max_tokens, m.max_seq_len - n_prompt);

@@ -4,9 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -374,6 +373,11 @@ TEST(ServiceSubmit, Validation) {
   EXPECT_EQ(svc->submit(bad, rec.callback()).status().code(), StatusCode::kInvalidArgument);
   bad = ok;
   bad.prompt = {1, int32_t(m.model->config().n_vocab)};
+  EXPECT_EQ(svc->submit(bad, rec.callback()).status().code(), StatusCode::kInvalidArgument);
+  bad = ok;
+  bad.sampling.logit_bias = {{int32_t(m.model->config().n_vocab), 1.0f}};
+  EXPECT_EQ(svc->submit(bad, rec.callback()).status().code(), StatusCode::kInvalidArgument);
+  bad.sampling.logit_bias = {{3, NAN}};
   EXPECT_EQ(svc->submit(bad, rec.callback()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(rec.updates().size(), 0u);  // refused requests never reach the callback
 

@@ -1,13 +1,15 @@
 // Token sampling: a pure, seeded function of the logits and the tokens seen so far.
 //
 // The pipeline follows llama.cpp's default order so the same settings mean the same thing:
-//   penalties (repetition, frequency, presence over the last penalty_last_n tokens)
-//   -> top-k -> top-p -> min-p -> temperature -> draw from the softmax.
-// temperature <= 0 is greedy: the highest logit after penalties (lowest id on ties).
+//   logit bias -> penalties (repetition, frequency, presence over the last penalty_last_n
+//   tokens) -> top-k -> top-p -> min-p -> temperature -> draw from the softmax.
+// temperature <= 0 is greedy: the highest logit after bias and penalties (lowest id on
+// ties).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -25,6 +27,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;  // logit -= (count > 0) * p
   int32_t penalty_last_n = 64;    // tokens of history the penalties look at (0: none)
   uint64_t seed = 0;
+  // (token id, finite bias) added to the logits before anything else (OpenAI's
+  // logit_bias: -100 in effect bans a token). Ids past the vocabulary are the caller's to
+  // refuse (the sampler skips them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // kInvalidArgument naming the parameter when a value is out of range or NaN.
@@ -45,6 +51,7 @@ class Sampler {
 
  private:
   void apply_penalties(std::vector<float>& logits);
+  void apply_bias(std::vector<float>& logits) const;
   // Draw from the softmax at the sampling temperature over the whole vocabulary in id
   // order, tokens below `cut` excluded (min-p).
   int32_t draw_all(std::span<const float> w, float mx, float cut);

@@ -27,6 +27,7 @@ class Backend {
   // kInvalidArgument when the template refuses the message order.
   virtual Result<std::vector<int32_t>> tokenize_chat(std::span<const tok::ChatMessage> messages) const = 0;
   virtual int64_t max_seq_len() const = 0;
+  virtual int32_t n_vocab() const = 0;
   virtual serving::Stats stats() const = 0;
 };
 

@@ -8,15 +8,17 @@
 // frequency_penalty, presence_penalty, repetition_penalty (alias repeat_penalty), stop
 // (string or array), seed, n (1 only), stream, stream_options.include_usage, user,
 // service_tier, ignore_eos, logprobs (chat: true/false with top_logprobs 0..20;
-// completions: an integer 0..5 of alternatives). Refused with a clear message: n > 1,
-// best_of > 1, tools, functions, echo, suffix, non-empty logit_bias, response_format other
-// than text. Other fields are ignored, as most OpenAI-compatible servers do.
+// completions: an integer 0..5 of alternatives), logit_bias (token id strings -> -100..100;
+// ids past the vocabulary are refused where the vocabulary is known). Refused with a clear
+// message: n > 1, best_of > 1, tools, functions, echo, suffix, response_format other than
+// text. Other fields are ignored, as most OpenAI-compatible servers do.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/api_error.h"
@@ -31,6 +33,7 @@ struct RequestLimits {
   int32_t max_stop_strings = 16;
   int32_t max_messages = 1024;
   int32_t max_json_depth = 64;
+  int32_t max_logit_bias = 1024;  // entries of logit_bias
 };
 
 struct CompletionRequest {
@@ -57,6 +60,7 @@ struct CompletionRequest {
   // -1: no logprobs; else log-probabilities of the output tokens with this many
   // alternatives each (chat: logprobs true + top_logprobs; completions: logprobs N).
   int32_t logprobs = -1;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id (>= 0) -> bias in [-100, 100]
 };
 
 // Parses `body` as JSON and validates it; returns nothing and fills `out`, or the error.

@@ -13,6 +13,7 @@ class ServiceBackend final : public Backend {
   std::vector<int32_t> tokenize_prompt(const std::string& text) const override;
   Result<std::vector<int32_t>> tokenize_chat(std::span<const tok::ChatMessage> messages) const override;
   int64_t max_seq_len() const override;
+  int32_t n_vocab() const override;
   serving::Stats stats() const override;
 
  private:
