@@ -27,9 +27,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "act.h"
 #include "core/check.h"
+#include "core/log.h"
+#include "core/rng.h"
 #include "gemm_amx.h"
 #include "gemm_avx512.h"
 #include "panel.h"
@@ -386,9 +389,12 @@ void group(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Group&
 // Fewer tokens than this go to the VNNI tiles (a tile multiply of few rows does little).
 constexpr int kMinTokens = kTok;
 
+template <class P>
+bool verified();
+
+// The tile kernel proper (gemm() checks verified() first).
 template <DType W, class P>
-void gemm(const uint8_t* panel, int64_t rb, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
-  if (nt < kMinTokens) return avx512::quant_gemm(W)(panel, rb, n_rows, act, t0, nt, y, ys);
+void run(const uint8_t* panel, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
   const uint8_t* levels = nullptr;
@@ -408,33 +414,93 @@ void gemm(const uint8_t* panel, int64_t rb, int n_rows, const Act& act, int t0, 
   }
 }
 
-template <class P>
+template <DType W, class P>
+void gemm(const uint8_t* panel, int64_t rb, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
+  if (nt < kMinTokens || !verified<P>()) return avx512::quant_gemm(W)(panel, rb, n_rows, act, t0, nt, y, ys);
+  run<W, P>(panel, n_rows, act, t0, nt, y, ys);
+}
+
+// The kernels of type t: the checked entry point, or the tile kernel proper.
+template <class P, bool kChecked>
 PanelGemmFn quant_gemm_of(DType t) {
+  auto pick = [&]<DType W>() -> PanelGemmFn {
+    if constexpr (kChecked)
+      return gemm<W, P>;
+    else
+      return [](const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
+        run<W, P>(panel, n_rows, act, t0, nt, y, ys);
+      };
+  };
   switch (t) {
     case DType::Q8_0:
-      return gemm<DType::Q8_0, P>;
+      return pick.template operator()<DType::Q8_0>();
     case DType::Q4_0:
-      return gemm<DType::Q4_0, P>;
+      return pick.template operator()<DType::Q4_0>();
     case DType::Q4_1:
-      return gemm<DType::Q4_1, P>;
+      return pick.template operator()<DType::Q4_1>();
     case DType::Q5_0:
-      return gemm<DType::Q5_0, P>;
+      return pick.template operator()<DType::Q5_0>();
     case DType::Q5_1:
-      return gemm<DType::Q5_1, P>;
+      return pick.template operator()<DType::Q5_1>();
     case DType::Q4_K:
-      return gemm<DType::Q4_K, P>;
+      return pick.template operator()<DType::Q4_K>();
     case DType::Q5_K:
-      return gemm<DType::Q5_K, P>;
+      return pick.template operator()<DType::Q5_K>();
     case DType::Q6_K:
-      return gemm<DType::Q6_K, P>;
+      return pick.template operator()<DType::Q6_K>();
     default:
       return nullptr;
   }
 }
 
+constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                            DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// Once per process and tile machine, before the first tile multiply: the tile kernel of
+// every type against the VNNI one on a panel of random weights and 16 + 3 tokens. This
+// path could not be run on real AMX hardware where it was written (docs/BENCHMARKS.md), so
+// a CPU on which it disagrees gets a warning and the VNNI kernels, not wrong logits.
+template <class P>
+bool verified() {
+  static const bool ok = [] {
+    for (DType t : kTypes) {
+      if (agrees_with_vnni(t, quant_gemm_of<P, false>(t))) continue;
+      TS_LOG_WARN("the AMX kernel of %s disagrees with the AVX-512 one on this CPU: AMX is not used "
+                  "(please report; TIERSERVE_ISA=avx512 silences this)",
+                  dtype_name(t));
+      return false;
+    }
+    return true;
+  }();
+  return ok;
+}
+
 }  // namespace
 
-PanelGemmFn quant_gemm(DType t) { return quant_gemm_of<HwTiles>(t); }
-PanelGemmFn emulated_gemm(DType t) { return quant_gemm_of<EmuTiles>(t); }
+bool agrees_with_vnni(DType t, PanelGemmFn kernel) {
+  constexpr int kTokens = kTok + 3, kRows = kPanelRows;
+  constexpr int64_t kCols = 512;
+  Rng rng(0x5eed ^ uint64_t(t));
+  const int64_t rb = row_bytes(t, kCols);
+  std::vector<uint8_t> rows(size_t(rb * kRows));
+  std::vector<float> x(size_t(kTokens * kCols));
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) x[size_t(c)] = rng.normal();
+    ref::from_float(t, x.data(), rows.data() + r * rb, kCols);
+  }
+  for (float& v : x) v = rng.normal();
+  std::vector<uint8_t> panel(size_t(panel_bytes(t, kCols)) + 64);
+  uint8_t* p = panel.data() + ((64 - (reinterpret_cast<uintptr_t>(panel.data()) & 63)) & 63);
+  pack_panel(t, rows.data(), rb, kRows, kCols, p);
+  ActBuffer ab;
+  const Act& act = ab.prepare(t, x.data(), kCols, kCols, kTokens, nullptr);
+  std::vector<float> want(size_t(kTokens * kRows)), got(want.size(), -1.0f);
+  avx512::quant_gemm(t)(p, rb, kRows, act, 0, kTokens, want.data(), kRows);
+  kernel(p, rb, kRows, act, 0, kTokens, got.data(), kRows);
+  return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+}
+
+PanelGemmFn quant_gemm(DType t) { return quant_gemm_of<HwTiles, true>(t); }
+PanelGemmFn emulated_gemm(DType t) { return quant_gemm_of<EmuTiles, true>(t); }
 
 }  // namespace ts::kernels::amx

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "act.h"
+#include "gemm_amx.h"
 #include "panel.h"
 #include "test_util.h"
 
@@ -289,6 +290,25 @@ TEST(Matmul, AmxTileGroupsEqualVecDot) {
       }
     }
   }
+}
+
+// The AMX kernels check themselves against VNNI before their first tile multiply: the
+// check passes for the (emulated) tile kernels and fails for a kernel that is off.
+TEST(Matmul, AmxSelfCheck) {
+  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
+    EXPECT_TRUE(amx::agrees_with_vnni(t, amx::emulated_gemm(t))) << dtype_name(t);
+    EXPECT_TRUE(amx::agrees_with_vnni(t, traits_for(t, Isa::kAvx512).gemm)) << dtype_name(t);
+    const PanelGemmFn zeros = [](const uint8_t*, int64_t, int n_rows, const Act&, int t0, int nt, float* y,
+                                 int64_t ys) {
+      for (int k = t0; k < t0 + nt; ++k)
+        for (int r = 0; r < n_rows; ++r) y[k * ys + r] = 0.0f;
+    };
+    EXPECT_FALSE(amx::agrees_with_vnni(t, zeros)) << dtype_name(t);
+  }
+  // A kernel of another type reading the same panel.
+  EXPECT_FALSE(amx::agrees_with_vnni(DType::Q8_0, traits_for(DType::Q4_0, Isa::kAvx512).gemm));
 }
 
 TEST(Matmul, DequantizeRowsMatchesReference) {
