@@ -42,8 +42,11 @@ void one(std::string_view body, ts::server::Endpoint ep) {
     check(!r.messages.empty() && int64_t(r.messages.size()) <= lim.max_messages);
     for (const auto& m : r.messages) check(m.role == "system" || m.role == "user" || m.role == "assistant");
   } else {
-    check(!r.prompt.empty());
+    check(r.prompt.empty() != r.prompt_tokens.empty());  // text or token ids, not both
+    for (int32_t t : r.prompt_tokens) check(t >= 0);
   }
+  check(int64_t(r.logit_bias.size()) <= lim.max_logit_bias);
+  for (const auto& [id, b] : r.logit_bias) check(id >= 0 && b >= -100.0f && b <= 100.0f);
 }
 
 }  // namespace

@@ -165,6 +165,13 @@ class OpenAiSdk(unittest.TestCase):
         self.assertEqual(raw.headers["x-tierserve-tier-served"], "batch")
         self.assertEqual(raw.parse().service_tier, "batch")
 
+    def test_token_id_prompt(self):
+        # stories260K's tokens of "Once upon a time", BOS first.
+        r = self.client.completions.create(model="m", prompt=[1, 403, 407, 261, 378], max_tokens=64, temperature=0,
+                                           stop=["Lily"])
+        self.assertEqual(r.choices[0].text, ", there was a little girl named ")
+        self.assertEqual(r.usage.prompt_tokens, 5)
+
     def test_logit_bias(self):
         # Token 432 is the "," that greedy decoding starts with; +100 on 383 (" there")
         # makes it every token.

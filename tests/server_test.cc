@@ -132,6 +132,21 @@ TEST_F(ServeBasic, LogitBiasSteersGreedyDecoding) {
   EXPECT_EQ(body_json(past)["error"]["code"], "invalid_value");
 }
 
+// A prompt of token ids (stories260K's golden prompt, BOS included) completes as its text.
+TEST_F(ServeBasic, TokenIdPromptEqualsTextPrompt) {
+  const HttpResult r = post("/v1/completions", R"({"prompt":[1,403,407,261,378],"max_tokens":64,"temperature":0,
+                                                   "stop":["Lily"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body_json(r)["choices"][0]["text"], ", there was a little girl named ");
+  EXPECT_EQ(body_json(r)["usage"]["prompt_tokens"], 5);
+  const HttpResult nested = post("/v1/completions", R"({"prompt":[[1,403,407,261,378]],"max_tokens":3,"temperature":0})");
+  ASSERT_EQ(nested.status, 200) << nested.body;
+  EXPECT_EQ(body_json(nested)["choices"][0]["text"], ", there was");
+  const HttpResult past = post("/v1/completions", R"({"prompt":[1,512],"max_tokens":1})");
+  EXPECT_EQ(past.status, 400);
+  EXPECT_EQ(body_json(past)["error"]["param"], "prompt");
+}
+
 TEST_F(ServeBasic, ChatWithTheFallbackTemplate) {
   const HttpResult r = post("/v1/chat/completions",
                             R"({"messages":[{"role":"system","content":"Tell stories."},{"role":"user","content":"Hi"}],

@@ -7,6 +7,7 @@
 // admission, so the x-tierserve-* headers also reflect a tier change while queued, and a
 // request rejected while queued still gets a real 429/503 status. Tier changes and
 // preemptions are also written in-band as SSE comments.
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -286,6 +287,15 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
       return;
     }
     prompt = std::move(*t);
+  } else if (!r.prompt_tokens.empty()) {
+    prompt = r.prompt_tokens;
+    const auto bad = std::find_if(prompt.begin(), prompt.end(), [&](int32_t t) { return t >= backend_.n_vocab(); });
+    if (bad != prompt.end()) {
+      out->respond(error_response(bad_request("'prompt' has token id " + std::to_string(*bad) + ", past the vocabulary of " +
+                                                  std::to_string(backend_.n_vocab()) + " tokens",
+                                              "prompt", "invalid_value")));
+      return;
+    }
   } else {
     prompt = backend_.tokenize_prompt(r.prompt);
   }

@@ -144,14 +144,31 @@ std::optional<ApiError> parse_object(const json& j, Endpoint ep, const RequestLi
       r.prompt = p.get<std::string>();
     } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
       r.prompt = p[0].get<std::string>();
+    } else if (p.is_array() && (p.empty() || p[0].is_number() || (p.size() == 1 && p[0].is_array()))) {
+      // Token ids: [1, 2, 3], or one such array in an array.
+      const bool nested = !p.empty() && p[0].is_array();
+      const json& ids = nested ? p[0] : p;
+      r.prompt_tokens.reserve(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const json& v = ids[i];
+        if (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<int32_t>::max())) {
+          r.prompt_tokens.push_back(int32_t(v.get<uint64_t>()));  // the common case, without a field name
+          continue;
+        }
+        int64_t id = 0;
+        const std::string field = nested ? "prompt[0][" + std::to_string(i) + "]" : "prompt[" + std::to_string(i) + "]";
+        if (auto e = read_int(v, field, 0, std::numeric_limits<int32_t>::max(), id)) return e;
+        r.prompt_tokens.push_back(int32_t(id));
+      }
+      if (r.prompt_tokens.empty()) return bad_request("'prompt' is empty", "prompt", "invalid_value");
     } else if (p.is_array()) {
-      return bad_request("'prompt' as an array is supported with exactly one string (one completion per request); "
-                         "token-id prompts are not supported",
+      return bad_request("'prompt' as an array is supported with exactly one string or one list of token ids (one "
+                         "completion per request)",
                          "prompt", "unsupported_parameter");
     } else {
-      return type_error("prompt", "a string");
+      return type_error("prompt", "a string or token ids");
     }
-    if (r.prompt.empty()) return bad_request("'prompt' is empty", "prompt", "invalid_value");
+    if (r.prompt.empty() && r.prompt_tokens.empty()) return bad_request("'prompt' is empty", "prompt", "invalid_value");
   }
 
   // max_completion_tokens is the newer name; when both are given they must agree.

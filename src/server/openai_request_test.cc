@@ -59,6 +59,20 @@ TEST(OpenAiRequest, Logprobs) {
   EXPECT_EQ(c.logprobs, 0);
 }
 
+TEST(OpenAiRequest, TokenIdPrompts) {
+  CompletionRequest r;
+  ASSERT_FALSE(comp(R"({"prompt":[1,2,3,2147483647]})", r));
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{1, 2, 3, 2147483647}));
+  EXPECT_TRUE(r.prompt.empty());
+  r = {};
+  ASSERT_FALSE(comp(R"({"prompt":[[5,0,4.0]]})", r));
+  EXPECT_EQ(r.prompt_tokens, (std::vector<int32_t>{5, 0, 4}));
+  r = {};
+  ASSERT_FALSE(comp(R"({"prompt":["text"]})", r));
+  EXPECT_EQ(r.prompt, "text");
+  EXPECT_TRUE(r.prompt_tokens.empty());
+}
+
 TEST(OpenAiRequest, LogitBias) {
   CompletionRequest r;
   ASSERT_FALSE(chat(R"({"messages":[{"role":"user","content":"a"}],"logit_bias":{"50256":-100,"7":2.5,"0":100}})", r));
@@ -144,7 +158,15 @@ TEST(OpenAiRequest, BadRequestsAre400WithTheField) {
       {Endpoint::kCompletions, R"({"max_tokens":3})", "prompt", "missing_field"},
       {Endpoint::kCompletions, R"({"prompt":""})", "prompt", "invalid_value"},
       {Endpoint::kCompletions, R"({"prompt":["a","b"]})", "prompt", "unsupported_parameter"},
-      {Endpoint::kCompletions, R"({"prompt":[1,2,3]})", "prompt", "unsupported_parameter"},
+      {Endpoint::kCompletions, R"({"prompt":[[1,2],[3]]})", "prompt", "unsupported_parameter"},
+      {Endpoint::kCompletions, R"({"prompt":[]})", "prompt", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":[[]]})", "prompt", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":[1,-2]})", "prompt[1]", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":[1,2147483648]})", "prompt[1]", "invalid_value"},
+      {Endpoint::kCompletions, R"({"prompt":[1,2.5]})", "prompt[1]", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":[1,"a"]})", "prompt[1]", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":[[7,null]]})", "prompt[0][1]", "invalid_type"},
+      {Endpoint::kCompletions, R"({"prompt":["a",1]})", "prompt", "unsupported_parameter"},
       {Endpoint::kCompletions, R"({"prompt":42})", "prompt", "invalid_type"},
       {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "unsupported_parameter"},
       {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":[1]})", "logit_bias", "invalid_type"},

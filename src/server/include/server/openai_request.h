@@ -3,8 +3,8 @@
 // naming the field, never an exception or a crash. Fuzzed by fuzz/request_fuzz.cc.
 //
 // Accepted: model, messages (roles system/developer/user/assistant; content a string or
-// an array of {"type":"text"} parts), prompt (a string, or an array of exactly one
-// string), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
+// an array of {"type":"text"} parts), prompt (a string, an array of exactly one string,
+// an array of token ids or an array of exactly one such array), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p,
 // frequency_penalty, presence_penalty, repetition_penalty (alias repeat_penalty), stop
 // (string or array), seed, n (1 only), stream, stream_options.include_usage, user,
 // service_tier, ignore_eos, logprobs (chat: true/false with top_logprobs 0..20;
@@ -40,7 +40,8 @@ struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
   std::vector<tok::ChatMessage> messages;  // kChat ("developer" is stored as "system")
-  std::string prompt;                      // kCompletions
+  std::string prompt;                      // kCompletions: text, or
+  std::vector<int32_t> prompt_tokens;      // kCompletions: token ids (ids >= 0; the vocabulary is checked later)
   std::optional<int64_t> max_tokens;       // >= 1 and <= the cap when given
   // Sampling, with OpenAI's defaults (temperature 1, top_p 1, the rest off).
   double temperature = 1.0;
