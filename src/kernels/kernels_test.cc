@@ -62,14 +62,17 @@ TEST(Traits, TableMatchesGgufLayouts) {
 TEST(Traits, BestIsaFollowsCpuFeatures) {
   const CpuFeatures& f = cpu_features();
   const Isa best = best_isa();
-  if (f.avx512 && f.avx512_vnni)
+  if (f.avx512 && f.avx512_vnni && f.amx_int8)
+    EXPECT_EQ(best, Isa::kAmx);
+  else if (f.avx512 && f.avx512_vnni)
     EXPECT_EQ(best, Isa::kAvx512);
   else if (f.avx2)
     EXPECT_EQ(best, Isa::kAvx2);
   else
     EXPECT_EQ(best, Isa::kScalar);
   // A path above what the CPU runs falls back to the best one it does.
-  EXPECT_EQ(traits_for(DType::Q8_0, Isa::kAvx512).isa, best);
+  EXPECT_EQ(traits_for(DType::Q8_0, Isa::kAmx).isa, best);
+  EXPECT_EQ(traits_for(DType::Q8_0, Isa::kAvx512).isa, best == Isa::kAmx ? Isa::kAvx512 : best);
   std::printf("cpu: %s, best kernels: %s\n", f.to_string().c_str(), isa_name(best));
 }
 
