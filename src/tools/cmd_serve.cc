@@ -21,7 +21,9 @@
 
 #include "commands.h"
 #include "core/clock.h"
+#include "core/cpu_features.h"
 #include "engine/model.h"
+#include "kernels/traits.h"
 #include "metrics/tierserve_metrics.h"
 #include "model_path.h"
 #include "models/register.h"
@@ -229,7 +231,8 @@ int cmd_serve(int argc, char** argv) {
                chat->reason().c_str(), (long long)svc.max_seq_len(), st0.kv.total, st0.kv.block_size,
                double(st0.kv.bytes) / (1024.0 * 1024.0), cfg.fifo ? "fifo" : "tiered");
   for (const auto& t : svc.sched_config().tiers) std::fprintf(stderr, " %s", t.name.c_str());
-  std::fprintf(stderr, "; %zu API keys\n", cfg.keys.size());
+  std::fprintf(stderr, "; %zu API keys; kernels %s (%s)\n", cfg.keys.size(), kernels::isa_name(kernels::best_isa()),
+               cpu_features().to_string().c_str());
 
   // --- HTTP: the App takes over the listeners now that the model is loaded ---
   SteadyClock clock;
