@@ -6,7 +6,7 @@
 // many tokens there are.
 //
 // Determinism: every output Y[t][r] is computed by the same operations in the same order
-// whatever n_tok, the other tokens, the thread count, the ISA path (scalar, AVX2, AVX-512)
+// whatever n_tok, the other tokens, the thread count, the ISA path (scalar, AVX2, AVX-512, AMX)
 // and whether W is a WeightView or a PackedWeight — so matmul of n tokens equals n
 // matvecs bit for bit, and equals traits(type).vec_dot of the row with the converted
 // activation row.

@@ -59,7 +59,7 @@ Isa best_isa();
 int64_t row_bytes(DType t, int64_t n);
 
 // Numerics: all paths of a quantized type compute the same integer block sums and combine
-// them with the same float operations in the same order (scalar, AVX2 and AVX-512 agree
+// them with the same float operations in the same order (scalar, AVX2, AVX-512 and AMX agree
 // bit for bit, and vec_dot equals matvec). F32/F16/BF16 accumulate in 16 lanes over the
 // columns (lane = column mod 16) with fused multiply-adds, then add the lanes pairwise
 // (i with i+8, then i+4, i+2, i+1), again the same on every path.
