@@ -1,7 +1,8 @@
 // Per-type kernel traits: one table row per tensor type, chosen at run time by CPU features.
 //
 // For every type there is a plain reference (namespace ref, obviously correct, used by
-// tests), a portable scalar kernel, and AVX2 / AVX-512 versions where they pay. A dot
+// tests), a portable scalar kernel, and AVX2 / AVX-512 versions where they pay (plus AMX
+// tile kernels for the matrix products of many tokens of the quantized types). A dot
 // product takes a weight row in its own format and an activation row already converted to
 // the type's `vec_dot_type` (F32 for F32, F16 for F16, BF16 for BF16, Q8_0 for Q4_0/Q5_0/
 // Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants), exactly as llama.cpp does, so results
