@@ -106,6 +106,12 @@ void expect_plan_matches_packing(const std::string& model, int64_t min_from_plan
   EXPECT_EQ(plan_info.n_from_plan, packed_info.n_packed);
   EXPECT_EQ(plan_info.bytes_from_plan, packed_info.bytes_packed);
   EXPECT_TRUE(packed_info.plan_path.empty());
+  // Both ways every panel lands in the model's arena (the plan's are copied there).
+  EXPECT_EQ(packed_info.bytes_in_arena, packed_info.bytes_packed);
+  EXPECT_EQ(plan_info.bytes_in_arena, plan_info.bytes_from_plan);
+  if (min_from_plan > 0) {
+    EXPECT_GT(plan_info.bytes_in_arena, 0u);
+  }
 
   // Re-running keeps a valid plan.
   ASSERT_EQ(tierserve("build -m '" + model + "'", &out), 0) << out;
@@ -206,6 +212,11 @@ TEST(Plan, RunReportsPlanReadinessAndMemory) {
   for (const char* k : {"ready_ms", "load_ms", "warmup_ms", "rss_bytes", "hwm_bytes", "anon_bytes", "file_bytes"})
     EXPECT_FALSE(field(with, k).empty()) << k;
   EXPECT_NE(with.find("ready in"), std::string::npos);
+  // --map-plan reads the panels from the plan's mapping: same logits, nothing on the arena.
+  std::string mapped;
+  ASSERT_EQ(tierserve(args + " --map-plan", &mapped), 0) << mapped;
+  EXPECT_EQ(field(mapped, "logits_hash"), field(with, "logits_hash"));
+  EXPECT_EQ(field(mapped, "weight_bytes_on_2mib_pages"), "\"weight_bytes_on_2mib_pages\":0");
   std::string err;
   EXPECT_EQ(tierserve(args + " --plan x --no-plan", &err), 2) << err;
 }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_arena.h"
 #include "core/thread_pool.h"
 #include "engine/arch.h"
 #include "engine/kv_cache.h"
@@ -18,6 +19,7 @@ class ModelImpl {
  public:
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<PlanFile> plan;  // before arch: its matrices may point into the plan
+  std::unique_ptr<HugeArena> arena;  // ... or into this (weights packed at load, no plan)
   std::unique_ptr<Architecture> arch;
   std::unique_ptr<ThreadPool> pool;
   PackInfo pack_info;

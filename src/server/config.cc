@@ -175,10 +175,11 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node m = root["model"]) {
-    check_keys(m, "model", {"path", "threads", "flash_attn"});
+    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan"});
     if (m["path"]) c.model.path = get_str(m["path"], "model.path");
     if (m["threads"]) c.model.threads = int32_t(get_int(m["threads"], "model.threads", 0, 1024));
     if (m["flash_attn"]) c.model.flash_attn = get_bool(m["flash_attn"], "model.flash_attn");
+    if (m["map_plan"]) c.model.map_plan = get_bool(m["map_plan"], "model.map_plan");
   }
   if (const YAML::Node e = root["engine"]) {
     check_keys(e, "engine", {"kv_bytes", "block_size", "max_seq_len", "max_step_tokens", "prefix_cache"});
@@ -364,7 +365,7 @@ std::string to_yaml(const ServerConfig& c) {
       << YAML::Key << "port" << YAML::Value << c.admin.port << YAML::EndMap;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << c.model.path
       << YAML::Key << "threads" << YAML::Value << c.model.threads << YAML::Key << "flash_attn" << YAML::Value
-      << c.model.flash_attn << YAML::EndMap;
+      << c.model.flash_attn << YAML::Key << "map_plan" << YAML::Value << c.model.map_plan << YAML::EndMap;
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_bytes" << YAML::Value
       << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key
       << "max_seq_len" << YAML::Value << c.engine.max_seq_len << YAML::Key << "max_step_tokens" << YAML::Value

@@ -51,7 +51,7 @@ TEST(ServerConfig, FullFile) {
   const std::string y = R"(
 listen: {host: 0.0.0.0, port: 0}
 admin: {host: 127.0.0.1, port: 9090}
-model: {path: /m.gguf, threads: 3, flash_attn: false}
+model: {path: /m.gguf, threads: 3, flash_attn: false, map_plan: true}
 engine: {kv_bytes: 1048576, block_size: 32, max_seq_len: 256, max_step_tokens: 128, prefix_cache: off}
 scheduling: fifo
 scheduler: {step_token_budget: 64, max_queued_requests_total: 10}
@@ -80,6 +80,7 @@ keys:
   EXPECT_EQ(c->admin.port, 9090);
   EXPECT_EQ(c->model.path, "/m.gguf");
   EXPECT_FALSE(c->model.flash_attn);
+  EXPECT_TRUE(c->model.map_plan);
   EXPECT_EQ(c->engine.kv_bytes, 1048576u);
   EXPECT_FALSE(c->engine.prefix_cache);
   EXPECT_TRUE(c->fifo);

@@ -57,6 +57,7 @@ struct RunOptions {
   std::string chat_template;  // family name overriding detection
   std::string plan;           // plan file (empty: MODEL.gguf.tsplan when present)
   bool no_plan = false;
+  bool map_plan = false;
   bool no_warmup = false;
 };
 
@@ -157,6 +158,7 @@ int cmd_run(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
   app.add_option("--plan", o.plan, "plan file from `tierserve build` (default: MODEL.gguf.tsplan when present)");
   app.add_flag("--no-plan", o.no_plan, "pack the weights in memory even when a plan file exists");
+  app.add_flag("--map-plan", o.map_plan, "read the plan's panels from its mapping instead of copying them to 2 MiB pages");
   app.add_flag("--no-warmup", o.no_warmup, "skip the one-token warm-up pass before the prompt");
   try {
     app.parse(argc, argv);
@@ -194,6 +196,7 @@ int cmd_run(int argc, char** argv) {
   engine::ModelOptions mo;
   mo.plan_path = o.plan;
   mo.use_plan = !o.no_plan;
+  mo.copy_plan = !o.map_plan;
   mo.n_threads = o.n_threads;
   mo.flash_attn_numerics = o.flash_attn == "on";
   auto model_r = engine::Model::load(o.model, mo);
@@ -339,6 +342,7 @@ int cmd_run(int argc, char** argv) {
     j["plan_warning"] = pi.plan_warning;
     j["matrices_from_plan"] = pi.n_from_plan;
     j["matrices_packed"] = pi.n_packed;
+    j["weight_bytes_on_2mib_pages"] = pi.arena_huge ? pi.bytes_in_arena : 0;
     j["memory_ready"] = memory_json(mem_ready);
     j["memory_end"] = memory_json(mem_end);
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

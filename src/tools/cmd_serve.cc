@@ -199,6 +199,7 @@ int cmd_serve(int argc, char** argv) {
   engine::ModelOptions mo;
   mo.n_threads = cfg.model.threads;
   mo.flash_attn_numerics = cfg.model.flash_attn;
+  mo.copy_plan = !cfg.model.map_plan;
   const int64_t t_load = now_ns();
   auto model = engine::Model::load(model_path, mo);
   if (!model.is_ok()) return fail(model.status().to_string());

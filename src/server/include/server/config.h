@@ -4,7 +4,7 @@
 // the file is read (tools/cmd_serve.cc); validate() then checks the whole.
 //
 //   listen: {host, port}             admin: {host, port}  (port -1: no separate listener)
-//   model: {path, threads, flash_attn}
+//   model: {path, threads, flash_attn, map_plan}
 //   engine: {kv_bytes, block_size, max_seq_len, max_step_tokens, prefix_cache}
 //   scheduling: tiered | fifo
 //   scheduler: {step_token_budget, max_chunk_tokens, max_queued_requests_total, ...}
@@ -88,6 +88,7 @@ struct ModelConfig {
   std::string path;                 // "": $TIERSERVE_MODEL, else the installed default model
   int32_t threads = 0;              // 0: one per core
   bool flash_attn = true;
+  bool map_plan = false;            // read a plan's panels in place instead of copying them
 };
 
 struct ServerConfig {
