@@ -182,7 +182,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   mi.pool = std::make_unique<ThreadPool>(n_threads);
   // Without a plan, every matrix is packed into one arena on 2 MiB pages: decode streams
   // each of them once per token, and through 4 KiB pages that costs a TLB miss every 4 KiB
-  // (0.5b Q8_0 decode at 2 threads: 70 -> 84 tok/s with every matrix on 2 MiB pages).
+  // (0.5b Q8_0 decode at 2 threads: 51.5 -> 58.7 tok/s, docs/BENCHMARKS.md).
   // A plan is copied there too unless told otherwise (ModelOptions::copy_plan).
   if (opts.pack_weights && !hook && (!mi.plan || opts.copy_plan)) {
     mi.arena = std::make_unique<HugeArena>(packed_bytes_bound(*mi.file));
