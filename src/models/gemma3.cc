@@ -6,9 +6,7 @@
 
 #include "core/check.h"
 #include "engine/arch_names.h"
-#include "engine/linear.h"
 #include "engine/weights.h"
-#include "kernels/traits.h"
 #include "models/register.h"
 
 namespace ts::models {
@@ -85,33 +83,12 @@ Status Gemma3::load_hparams(const gguf::File& f, const std::string& arch) {
 Status Gemma3::load(const gguf::File& f, const std::string& arch) {
   TS_RETURN_IF_ERROR(load_hparams(f, arch));
 
-  const gguf::TensorInfo* te = f.find_tensor(names::kTokenEmbd);
-  if (!te) return data_loss(std::string("missing tensor '") + names::kTokenEmbd + "'");
-  if (te->n_dims != 2 || te->ne[0] != cfg_.n_embd || te->ne[1] < 1)
-    return data_loss(std::string("tensor '") + names::kTokenEmbd + "' has shape " + te->shape_string() +
-                     ", expected [" + std::to_string(cfg_.n_embd) + ", n_vocab]");
-  cfg_.n_vocab = te->ne[1];
-  if (const gguf::Value* vs = f.find(key(names::kVocabSize, arch)); vs && vs->as_int() && *vs->as_int() != cfg_.n_vocab)
-    return data_loss(key(names::kVocabSize, arch) + " = " + std::to_string(*vs->as_int()) + " but '" +
-                     names::kTokenEmbd + "' has " + std::to_string(cfg_.n_vocab) + " rows");
-
   engine::WeightBinder wb(f);
   const int64_t d = cfg_.n_embd, hd = cfg_.head_dim;
   const int64_t nq = cfg_.n_head * hd, nkv = cfg_.n_head_kv * hd;
-  TS_ASSIGN_OR_RETURN(tok_embd_, wb.matrix(names::kTokenEmbd, d, cfg_.n_vocab));
-  const uint64_t embd_bytes = wb.bound_bytes();
-  TS_ASSIGN_OR_RETURN(output_norm_, wb.vector(names::kOutputNorm, d));
-  const bool tied = !wb.has(names::kOutput);
-  if (tied) {
-    output_ = engine::Matrix(tok_embd_);
-  } else {
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView out_v, wb.matrix(names::kOutput, d, cfg_.n_vocab));
-    output_ = engine::Matrix(out_v);
-  }
-
-  auto matrix = [&wb](const std::string& name, int64_t n_cols, int64_t n_rows) -> Result<engine::Matrix> {
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView v, wb.matrix(name, n_cols, n_rows));
-    return engine::Matrix(v);
+  TS_RETURN_IF_ERROR(decoder::bind_embeddings(f, arch, wb, &cfg_, &embd_));
+  auto matrix = [&wb](const std::string& name, int64_t n_cols, int64_t n_rows) {
+    return decoder::bind_matrix(wb, name, n_cols, n_rows);
   };
   for (int l = 0; l < int(cfg_.n_layer); ++l) {
     Layer& L = layers_[size_t(l)];
@@ -129,46 +106,22 @@ Status Gemma3::load(const gguf::File& f, const std::string& arch) {
     TS_ASSIGN_OR_RETURN(L.down, matrix(tensor(names::kFfnDown, l), cfg_.n_ff, d));
     TS_ASSIGN_OR_RETURN(L.ffn_post_norm, wb.vector(tensor(names::kFfnPostNorm, l), d));
   }
-  // A decode step reads every matrix once; an untied embedding only one row.
-  weight_bytes_ = wb.bound_bytes();
-  if (!tied) weight_bytes_ = weight_bytes_ - embd_bytes + uint64_t(kernels::row_bytes(tok_embd_.type, d));
+  weight_bytes_ = decoder::step_weight_bytes(wb, embd_, d);
   return Status::ok();
 }
 
 void Gemma3::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
-  attn_numerics_ = opts.flash_attn_numerics ? engine::ops::AttnNumerics::kFlashF16
-                                            : engine::ops::AttnNumerics::kSoftmaxF16;
-  if (!opts.pack_weights) return;
-  for (Layer& L : layers_)
-    for (engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->pack(&pool);
-  output_.pack(&pool);
-}
-
-engine::KvShape Gemma3::kv_shape() const {
-  engine::KvShape s;
-  s.n_layer = int(cfg_.n_layer);
-  s.n_head_kv = int(cfg_.n_head_kv);
-  s.head_dim_k = int(cfg_.head_dim);
-  s.head_dim_v = int(cfg_.head_dim);
-  return s;
+  attn_numerics_ = decoder::attn_numerics(opts);
+  decoder::pack(layers_, embd_.output, pool, opts);
 }
 
 // --- forward ---------------------------------------------------------------------------
 
 namespace {
 
-struct Gemma3Workspace final : engine::Workspace {
-  int64_t max_tokens = 0;
-  std::vector<float> x;         // [T, n_embd] residual stream
-  std::vector<float> xn;        // [T, n_embd] normalised input of the next projection
-  std::vector<float> q;         // [T, n_head*hd]
-  std::vector<float> k, v;      // [T, n_kv*hd]
-  std::vector<float> attn;      // [T, n_head*hd]
-  std::vector<float> tmp;       // [T, n_embd] projection output before the residual add
-  std::vector<float> h, h2;     // [T, n_ff] gate (then the gated activation) and up
+struct Gemma3Workspace final : decoder::Workspace {
   std::vector<float> cs_global; // [T, n_rot] rope cos/sin of the global layers
   std::vector<float> cs_local;  // [T, n_rot] ... of the local layers
-  std::vector<int32_t> rows;    // compacted row -> token index (last layer)
   // Attention work of one layer: rows [row_begin, row_end) of one sequence with the query
   // heads of kv head `kv_head`; window_begin > 0: rows at consecutive positions past a
   // local layer's window, window_begin the first row's window start.
@@ -178,24 +131,9 @@ struct Gemma3Workspace final : engine::Workspace {
     int64_t window_begin;
   };
   std::vector<Unit> units;             // rebuilt per layer (capacity reserved)
-  std::vector<uint16_t> attn_scratch;  // per thread
-  int64_t attn_scratch_stride = 0;
   std::vector<int32_t> window_cells;   // per thread: the cells of a unit's windows (their union)
   int64_t window_stride = 0;
 };
-
-// Token-parallel loop that stays on the calling thread for a single token (decode).
-template <typename F>
-void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0, 1);
-    return;
-  }
-  struct Args {
-    const F* fn;
-  } args{&fn};
-  pool.parallel_for(n, 1, [&args](int64_t b, int64_t e, int) { (*args.fn)(b, e); });
-}
 
 }  // namespace
 
@@ -204,7 +142,7 @@ void Gemma3::norm_add_norm(ThreadPool& pool, engine::Workspace& wsb, int64_t n, 
                            const float* next_w) const {
   auto& ws = static_cast<Gemma3Workspace&>(wsb);
   const int64_t d = cfg_.n_embd;
-  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+  decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
     float* t = ws.tmp.data() + b * d;
     float* x = ws.x.data() + b * d;
     engine::ops::rms_norm_rows(t, d, post_w, t, d, e - b, d, rms_eps_);
@@ -215,24 +153,11 @@ void Gemma3::norm_add_norm(ThreadPool& pool, engine::Workspace& wsb, int64_t n, 
 
 std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threads) const {
   auto ws = std::make_unique<Gemma3Workspace>();
-  const int64_t d = cfg_.n_embd, nq = cfg_.n_head * cfg_.head_dim, nkv = cfg_.n_head_kv * cfg_.head_dim;
   const size_t nth = size_t(std::max(1, n_threads));
-  ws->max_tokens = T;
-  ws->x.resize(size_t(T * d));
-  ws->xn.resize(size_t(T * d));
-  ws->q.resize(size_t(T * nq));
-  ws->k.resize(size_t(T * nkv));
-  ws->v.resize(size_t(T * nkv));
-  ws->attn.resize(size_t(T * nq));
-  ws->tmp.resize(size_t(T * d));
-  ws->h.resize(size_t(T * cfg_.n_ff));
-  ws->h2.resize(size_t(T * cfg_.n_ff));
+  ws->size_for(cfg_, T, n_threads);
   ws->cs_global.resize(size_t(T * cfg_.n_rot));
   ws->cs_local.resize(size_t(T * cfg_.n_rot));
-  ws->rows.resize(size_t(T));
   ws->units.reserve(size_t(T * cfg_.n_head_kv + int64_t(nth) * cfg_.n_head));
-  ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
-  ws->attn_scratch.resize(size_t(ws->attn_scratch_stride) * nth);
   // A window unit's cells: the union of the windows of up to kMaxGroupQueries rows.
   ws->window_stride = n_swa_ + engine::ops::kMaxGroupQueries;
   ws->window_cells.resize(size_t(ws->window_stride) * nth);
@@ -250,10 +175,10 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
   const int64_t n_out = int64_t(batch.out_rows.size());
 
   // Scaled embeddings, rope tables, first norm.
-  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+  decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float* xi = ws.x.data() + i * d;
-      kernels::dequantize_rows(tok_embd_, batch.tokens[size_t(i)], 1, xi);
+      kernels::dequantize_rows(embd_.tok_embd, batch.tokens[size_t(i)], 1, xi);
       for (int64_t j = 0; j < d; ++j) xi[j] *= embd_scale_;
       const int32_t pos = batch.positions[size_t(i)];
       engine::ops::rope_table(rope_global_, pos, ws.cs_global.data() + i * n_rot);
@@ -277,7 +202,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     }
 
     // QK-norm, RoPE, query scale; K and V into the cache.
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       // The heads of rows [b, e) are consecutive vectors of hd floats.
       engine::ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head, hd,
                                  rms_eps_);
@@ -303,15 +228,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     // In the last layer only the rows whose logits are wanted go on.
     if (last && n_out < n) {
       if (n_out == 0) return true;
-      for (int64_t j = 0; j < n_out; ++j) {
-        const int64_t src = batch.out_rows[size_t(j)];
-        TS_CHECK(src >= j && src < n);
-        ws.rows[size_t(j)] = int32_t(src);
-        if (src == j) continue;
-        std::memcpy(ws.q.data() + j * nq, ws.q.data() + src * nq, size_t(nq) * sizeof(float));
-        std::memcpy(ws.x.data() + j * d, ws.x.data() + src * d, size_t(d) * sizeof(float));
-      }
-      n = n_out;
+      n = decoder::keep_out_rows(batch, ws, nq, d);
     }
 
     // Attention. A unit runs the query heads of one kv head for a run of rows of one
@@ -417,7 +334,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
 
     // Post-FFN norm, residual, the next norm (the next layer's attention norm or the
     // output norm).
-    const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
+    const float* next_norm = last ? embd_.output_norm : layers_[size_t(l + 1)].attn_norm;
     norm_add_norm(pool, wsb, n, L.ffn_post_norm, next_norm);
   }
 
@@ -425,7 +342,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
   if (n_out == 0) return true;
   if (batch.interrupted()) return false;
   TS_CHECK(n == n_out);
-  output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
+  embd_.output.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
   if (softcap_ > 0.0f) {
     const float inv = 1.0f / softcap_;
     for (int64_t i = 0; i < n * cfg_.n_vocab; ++i) batch.logits[i] = std::tanh(batch.logits[i] * inv) * softcap_;

@@ -26,7 +26,7 @@
 #include "engine/arch.h"
 #include "engine/linear.h"
 #include "engine/ops.h"
-#include "kernels/matmul.h"
+#include "decoder.h"
 
 namespace ts::models {
 
@@ -34,7 +34,7 @@ class Gemma3 final : public engine::Architecture {
  public:
   Status load(const gguf::File& f, const std::string& arch) override;
   const engine::ModelConfig& config() const override { return cfg_; }
-  engine::KvShape kv_shape() const override;
+  engine::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<engine::Workspace> make_workspace(int64_t max_tokens, int n_threads) const override;
   void prepare(ThreadPool& pool, const engine::ModelOptions& opts) override;
@@ -71,9 +71,7 @@ class Gemma3 final : public engine::Architecture {
   int64_t n_swa_ = 0;                         // sliding window in positions (0: none)
   engine::ops::AttnNumerics attn_numerics_ = engine::ops::AttnNumerics::kFlashF16;
   engine::ops::RopeConfig rope_global_, rope_local_;
-  kernels::WeightView tok_embd_;              // [n_embd, n_vocab]
-  engine::Matrix output_;                     // [n_embd -> n_vocab] (views tok_embd_ when tied)
-  const float* output_norm_ = nullptr;        // [n_embd]
+  decoder::Embeddings embd_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;
 };

@@ -7,9 +7,7 @@
 
 #include "core/check.h"
 #include "engine/arch_names.h"
-#include "engine/linear.h"
 #include "engine/weights.h"
-#include "kernels/traits.h"
 
 namespace ts::models {
 
@@ -29,30 +27,10 @@ Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
   rope_.freq_scale = float(freq_scale);
   rope_.neox = variant_.neox_rope;
 
-  // Tensors.
-  const gguf::TensorInfo* te = f.find_tensor(names::kTokenEmbd);
-  if (!te) return data_loss(std::string("missing tensor '") + names::kTokenEmbd + "'");
-  if (te->n_dims != 2 || te->ne[0] != cfg_.n_embd || te->ne[1] < 1)
-    return data_loss(std::string("tensor '") + names::kTokenEmbd + "' has shape " + te->shape_string() +
-                     ", expected [" + std::to_string(cfg_.n_embd) + ", n_vocab]");
-  cfg_.n_vocab = te->ne[1];
-  if (const gguf::Value* vs = f.find(key(names::kVocabSize, arch)); vs && vs->as_int() && *vs->as_int() != cfg_.n_vocab)
-    return data_loss(key(names::kVocabSize, arch) + " = " + std::to_string(*vs->as_int()) + " but '" +
-                     names::kTokenEmbd + "' has " + std::to_string(cfg_.n_vocab) + " rows");
-
   engine::WeightBinder wb(f);
   const int64_t d = cfg_.n_embd, hd = cfg_.head_dim;
   const int64_t nq = cfg_.n_head * hd, nkv = cfg_.n_head_kv * hd;
-  TS_ASSIGN_OR_RETURN(tok_embd_, wb.matrix(names::kTokenEmbd, d, cfg_.n_vocab));
-  const uint64_t embd_bytes = wb.bound_bytes();
-  TS_ASSIGN_OR_RETURN(output_norm_, wb.vector(names::kOutputNorm, d));
-  const bool tied = !wb.has(names::kOutput);
-  if (tied) {
-    output_ = engine::Matrix(tok_embd_);
-  } else {
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView out, wb.matrix(names::kOutput, d, cfg_.n_vocab));
-    output_ = engine::Matrix(out);
-  }
+  TS_RETURN_IF_ERROR(decoder::bind_embeddings(f, arch, wb, &cfg_, &embd_));
   TS_ASSIGN_OR_RETURN(rope_.freq_factors, wb.optional_vector(names::kRopeFreqs, cfg_.n_rot / 2));
 
   layers_.clear();
@@ -60,14 +38,10 @@ Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
   for (int l = 0; l < int(cfg_.n_layer); ++l) {
     Layer& L = layers_[size_t(l)];
     TS_ASSIGN_OR_RETURN(L.attn_norm, wb.vector(tensor(names::kAttnNorm, l), d));
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView wq_v, wb.matrix(tensor(names::kAttnQ, l), d, nq));
-    L.wq = engine::Matrix(wq_v);
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView wk_v, wb.matrix(tensor(names::kAttnK, l), d, nkv));
-    L.wk = engine::Matrix(wk_v);
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView wv_v, wb.matrix(tensor(names::kAttnV, l), d, nkv));
-    L.wv = engine::Matrix(wv_v);
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView wo_v, wb.matrix(tensor(names::kAttnOut, l), nq, d));
-    L.wo = engine::Matrix(wo_v);
+    TS_ASSIGN_OR_RETURN(L.wq, decoder::bind_matrix(wb, tensor(names::kAttnQ, l), d, nq));
+    TS_ASSIGN_OR_RETURN(L.wk, decoder::bind_matrix(wb, tensor(names::kAttnK, l), d, nkv));
+    TS_ASSIGN_OR_RETURN(L.wv, decoder::bind_matrix(wb, tensor(names::kAttnV, l), d, nkv));
+    TS_ASSIGN_OR_RETURN(L.wo, decoder::bind_matrix(wb, tensor(names::kAttnOut, l), nq, d));
     if (variant_.require_qkv_bias) {
       TS_ASSIGN_OR_RETURN(L.bq, wb.vector(tensor(names::kAttnQBias, l), nq));
       TS_ASSIGN_OR_RETURN(L.bk, wb.vector(tensor(names::kAttnKBias, l), nkv));
@@ -83,92 +57,38 @@ Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
       TS_ASSIGN_OR_RETURN(L.k_norm, wb.vector(tensor(names::kAttnKNorm, l), hd));
     }
     TS_ASSIGN_OR_RETURN(L.ffn_norm, wb.vector(tensor(names::kFfnNorm, l), d));
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView gate_v, wb.matrix(tensor(names::kFfnGate, l), d, cfg_.n_ff));
-    L.gate = engine::Matrix(gate_v);
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView up_v, wb.matrix(tensor(names::kFfnUp, l), d, cfg_.n_ff));
-    L.up = engine::Matrix(up_v);
-    TS_ASSIGN_OR_RETURN(const kernels::WeightView down_v, wb.matrix(tensor(names::kFfnDown, l), cfg_.n_ff, d));
-    L.down = engine::Matrix(down_v);
+    TS_ASSIGN_OR_RETURN(L.gate, decoder::bind_matrix(wb, tensor(names::kFfnGate, l), d, cfg_.n_ff));
+    TS_ASSIGN_OR_RETURN(L.up, decoder::bind_matrix(wb, tensor(names::kFfnUp, l), d, cfg_.n_ff));
+    TS_ASSIGN_OR_RETURN(L.down, decoder::bind_matrix(wb, tensor(names::kFfnDown, l), cfg_.n_ff, d));
   }
-  // A decode step reads every matrix once; an untied embedding only one row.
-  weight_bytes_ = wb.bound_bytes();
-  if (!tied) weight_bytes_ = weight_bytes_ - embd_bytes + uint64_t(kernels::row_bytes(tok_embd_.type, d));
+  weight_bytes_ = decoder::step_weight_bytes(wb, embd_, d);
   return Status::ok();
 }
 
 void LlamaFamily::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
-  attn_numerics_ = opts.flash_attn_numerics ? engine::ops::AttnNumerics::kFlashF16 : engine::ops::AttnNumerics::kSoftmaxF16;
-  if (!opts.pack_weights) return;
-  for (Layer& L : layers_)
-    for (engine::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) m->pack(&pool);
-  output_.pack(&pool);
-}
-
-engine::KvShape LlamaFamily::kv_shape() const {
-  engine::KvShape s;
-  s.n_layer = int(cfg_.n_layer);
-  s.n_head_kv = int(cfg_.n_head_kv);
-  s.head_dim_k = int(cfg_.head_dim);
-  s.head_dim_v = int(cfg_.head_dim);
-  return s;
+  attn_numerics_ = decoder::attn_numerics(opts);
+  decoder::pack(layers_, embd_.output, pool, opts);
 }
 
 // --- forward ---------------------------------------------------------------------------
 
 namespace {
 
-struct LlamaWorkspace final : engine::Workspace {
-  int64_t max_tokens = 0;
-  std::vector<float> x;       // [T, n_embd] residual stream
-  std::vector<float> xn;      // [T, n_embd] normalised input of the next projection
-  std::vector<float> q;       // [T, n_head*hd]
-  std::vector<float> k, v;    // [T, n_kv*hd]
-  std::vector<float> attn;    // [T, n_head*hd]
-  std::vector<float> tmp;     // [T, n_embd] projection output before the residual add
-  std::vector<float> h, h2;   // [T, n_ff] gated FFN activations
-  std::vector<float> cs;      // [T, n_rot] rope cos/sin
-  std::vector<int32_t> rows;  // compacted row -> token index (last layer)
+struct LlamaWorkspace final : decoder::Workspace {
+  std::vector<float> cs;  // [T, n_rot] rope cos/sin
   struct Unit {
     int32_t row_begin, row_end, kv_head_begin, kv_head_end;
   };
-  std::vector<Unit> units;             // attention work, rebuilt per layer (capacity reserved)
-  std::vector<uint16_t> attn_scratch;  // per thread
-  int64_t attn_scratch_stride = 0;
+  std::vector<Unit> units;  // attention work, rebuilt per layer (capacity reserved)
 };
-
-// Token-parallel loop that stays on the calling thread for small batches (decode).
-template <typename F>
-void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0, 1);
-    return;
-  }
-  struct Args {
-    const F* fn;
-  } args{&fn};
-  pool.parallel_for(n, 1, [&args](int64_t b, int64_t e, int) { (*args.fn)(b, e); });
-}
 
 }  // namespace
 
 std::unique_ptr<engine::Workspace> LlamaFamily::make_workspace(int64_t T, int n_threads) const {
   auto ws = std::make_unique<LlamaWorkspace>();
-  const int64_t d = cfg_.n_embd, nq = cfg_.n_head * cfg_.head_dim, nkv = cfg_.n_head_kv * cfg_.head_dim;
-  ws->max_tokens = T;
-  ws->x.resize(size_t(T * d));
-  ws->xn.resize(size_t(T * d));
-  ws->q.resize(size_t(T * nq));
-  ws->k.resize(size_t(T * nkv));
-  ws->v.resize(size_t(T * nkv));
-  ws->attn.resize(size_t(T * nq));
-  ws->tmp.resize(size_t(T * d));
-  ws->h.resize(size_t(T * cfg_.n_ff));
-  ws->h2.resize(size_t(T * cfg_.n_ff));
+  ws->size_for(cfg_, T, n_threads);
   ws->cs.resize(size_t(T * cfg_.n_rot));
-  ws->rows.resize(size_t(T));
   ws->units.reserve(size_t(T * cfg_.n_head_kv));
-  ws->attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape()) + 32;
-  ws->attn_scratch.resize(size_t(ws->attn_scratch_stride * std::max(1, n_threads)));
   return ws;
 }
 
@@ -184,9 +104,9 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
   const float kq_scale = 1.0f / std::sqrt(float(hd));
 
   // Embeddings, rope tables, first norm.
-  for_tokens(pool, n, [&](int64_t b, int64_t e) {
+  decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      kernels::dequantize_rows(tok_embd_, batch.tokens[size_t(i)], 1, ws.x.data() + i * d);
+      kernels::dequantize_rows(embd_.tok_embd, batch.tokens[size_t(i)], 1, ws.x.data() + i * d);
       engine::ops::rope_table(rope_, batch.positions[size_t(i)], ws.cs.data() + i * n_rot);
       engine::ops::rms_norm(ws.x.data() + i * d, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
       ws.rows[size_t(i)] = int32_t(i);
@@ -205,7 +125,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     }
 
     // Bias, QK-norm, RoPE; K and V into the cache.
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         if (L.bq) engine::ops::add(ws.q.data() + i * nq, L.bq, nq);
         if (L.bk) engine::ops::add(ws.k.data() + i * nkv, L.bk, nkv);
@@ -235,15 +155,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     // In the last layer only the rows whose logits are wanted go on.
     if (last && n_out < n) {
       if (n_out == 0) return true;
-      for (int64_t j = 0; j < n_out; ++j) {
-        const int64_t src = batch.out_rows[size_t(j)];
-        TS_CHECK(src >= j && src < n);
-        ws.rows[size_t(j)] = int32_t(src);
-        if (src == j) continue;
-        std::memcpy(ws.q.data() + j * nq, ws.q.data() + src * nq, size_t(nq) * sizeof(float));
-        std::memcpy(ws.x.data() + j * d, ws.x.data() + src * d, size_t(d) * sizeof(float));
-      }
-      n = n_out;
+      n = decoder::keep_out_rows(batch, ws, nq, d);
     }
 
     // Attention work units: (rows of one sequence, range of kv heads), each one
@@ -320,7 +232,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
 
     // Output projection, residual, FFN norm.
     L.wo.matmul(ws.attn.data(), nq, n, ws.tmp.data(), d, pool);
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         float* xi = ws.x.data() + i * d;
         if (L.bo) engine::ops::add(ws.tmp.data() + i * d, L.bo, d);
@@ -333,8 +245,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     engine::linear_gated(L.gate, L.up, engine::GateAct::kSilu, ws.xn.data(), d, n, ws.h.data(), ws.h2.data(),
                          pool);
     L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
-    const float* next_norm = last ? output_norm_ : layers_[size_t(l + 1)].attn_norm;
-    for_tokens(pool, n, [&](int64_t b, int64_t e) {
+    const float* next_norm = last ? embd_.output_norm : layers_[size_t(l + 1)].attn_norm;
+    decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       engine::ops::add(ws.x.data() + b * d, ws.tmp.data() + b * d, (e - b) * d);
       engine::ops::rms_norm_rows(ws.x.data() + b * d, d, next_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
     });
@@ -344,7 +256,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
   if (n_out == 0) return true;
   if (batch.interrupted()) return false;
   TS_CHECK(n == n_out);
-  output_.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
+  embd_.output.matmul(ws.xn.data(), d, n, batch.logits, cfg_.n_vocab, pool);
   return true;
 }
 

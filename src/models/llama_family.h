@@ -12,7 +12,7 @@
 #include "engine/arch.h"
 #include "engine/linear.h"
 #include "engine/ops.h"
-#include "kernels/matmul.h"
+#include "decoder.h"
 
 namespace ts::models {
 
@@ -28,7 +28,7 @@ class LlamaFamily final : public engine::Architecture {
 
   Status load(const gguf::File& f, const std::string& arch) override;
   const engine::ModelConfig& config() const override { return cfg_; }
-  engine::KvShape kv_shape() const override;
+  engine::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<engine::Workspace> make_workspace(int64_t max_tokens, int n_threads) const override;
   void prepare(ThreadPool& pool, const engine::ModelOptions& opts) override;
@@ -53,9 +53,7 @@ class LlamaFamily final : public engine::Architecture {
   engine::ModelConfig cfg_;
   float rms_eps_ = 1e-5f;
   engine::ops::RopeConfig rope_;
-  kernels::WeightView tok_embd_;             // [n_embd, n_vocab]
-  engine::Matrix output_;                    // [n_embd -> n_vocab] (may view tok_embd_)
-  const float* output_norm_ = nullptr;
+  decoder::Embeddings embd_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;
   engine::ops::AttnNumerics attn_numerics_ = engine::ops::AttnNumerics::kFlashF16;
