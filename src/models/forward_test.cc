@@ -26,21 +26,8 @@ class Forward : public ::testing::Test {
   static void SetUpTestSuite() { register_all(); }
 };
 
-std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2, bool flash = true) {
-  engine::ModelOptions o;
-  o.n_threads = n_threads;
-  o.flash_attn_numerics = flash;
-  auto m = engine::Model::load(path, o);
-  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-  return m.is_ok() ? std::move(m).value() : nullptr;
-}
-
-std::vector<int32_t> some_tokens(int n, int n_vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t(rng.next_u64() % uint64_t(n_vocab)));
-  return t;
-}
+using testing::load;
+using testing::some_tokens;
 
 // Engine logits of all positions (one batched eval) vs the double reference.
 void check_against_reference(const TinySpec& spec, const std::string& name, double tol, bool flash = true) {

@@ -22,6 +22,7 @@
 #include "gemma3.h"
 #include "gguf/gguf.h"
 #include "models/register.h"
+#include "tiny_model_test_util.h"
 
 namespace ts::models {
 namespace {
@@ -220,21 +221,8 @@ class Gemma3Test : public ::testing::Test {
   static void SetUpTestSuite() { register_all(); }
 };
 
-std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2, bool flash = true) {
-  engine::ModelOptions o;
-  o.n_threads = n_threads;
-  o.flash_attn_numerics = flash;
-  auto m = engine::Model::load(path, o);
-  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-  return m.is_ok() ? std::move(m).value() : nullptr;
-}
-
-std::vector<int32_t> some_tokens(int n, int n_vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t(rng.next_u64() % uint64_t(n_vocab)));
-  return t;
-}
+using testing::load;
+using testing::some_tokens;
 
 // All positions' logits of one batched eval.
 std::vector<std::vector<float>> engine_logits(engine::Model& m, const std::vector<int32_t>& tokens) {

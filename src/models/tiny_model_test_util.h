@@ -1,7 +1,10 @@
 // Tiny random-weight GGUF models for the models tests, plus an independent reference
 // forward pass in double (written from the architecture descriptions, sharing no code
-// with the engine) to check llama/qwen2/qwen3 numerics end to end.
+// with the engine) to check llama/qwen2/qwen3 numerics end to end; and the loading and
+// token helpers the models tests share.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "engine/model.h"
 #include "gguf/gguf.h"
 #include "kernels/traits.h"
 
@@ -231,6 +235,24 @@ inline std::vector<std::vector<double>> reference_logits(const TinySpec& s, cons
   for (int t = 0; t < T; ++t)
     out.push_back(mat(s.tied ? "token_embd.weight" : "output.weight", rms(x[size_t(t)], "output_norm.weight"), s.n_vocab));
   return out;
+}
+
+// A model loaded for a test (a test failure and null when loading fails).
+inline std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2, bool flash = true) {
+  engine::ModelOptions o;
+  o.n_threads = n_threads;
+  o.flash_attn_numerics = flash;
+  auto m = engine::Model::load(path, o);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m.is_ok() ? std::move(m).value() : nullptr;
+}
+
+// n token ids drawn deterministically from [0, n_vocab).
+inline std::vector<int32_t> some_tokens(int n, int n_vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t(rng.next_u64() % uint64_t(n_vocab)));
+  return t;
 }
 
 }  // namespace ts::models::testing
