@@ -13,53 +13,21 @@
 #include <vector>
 
 #include "../src/bench/testing/slow_server.h"
+#include "process_util.h"
 
 namespace ts {
 namespace {
 
 const std::string kWork = std::string(TS_BINARY_DIR) + "/bench_cli_test";
 
-struct Proc {
-  int code = -1;  // exit status; -1 when killed by a signal
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
+using testing_proc::Proc;
+using testing_proc::slurp;
+using testing_proc::write_file;
 
 Proc bench(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s = {TS_TIERSERVE_BIN, "bench"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const std::string out_path = kWork + "/stdout", err_path = kWork + "/stderr";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fo = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int fe = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0) _exit(127);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Proc p;
-  p.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  p.out = slurp(out_path);
-  p.err = slurp(err_path);
-  return p;
+  std::vector<std::string> argv = {TS_TIERSERVE_BIN, "bench"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing_proc::run_captured(argv, kWork + "/stdout", kWork + "/stderr");
 }
 
 size_t lines(const std::string& s) {
@@ -75,7 +43,7 @@ class BenchCli : public ::testing::Test {
 
 TEST_F(BenchCli, WritesEveryOutputAndPassesTheSlo) {
   bench::testing::SlowServer srv({.ttft_ms = 10, .tier_ttft_ms = {{"ultrafast", 5}}, .per_token_ms = 2});
-  write(kWork + "/pass.yaml", "ultrafast:\n  ttft_p99: 500ms\n  error_rate: 0%\nstandard:\n  e2e_p99: 2s\n");
+  write_file(kWork + "/pass.yaml", "ultrafast:\n  ttft_p99: 500ms\n  error_rate: 0%\nstandard:\n  e2e_p99: 2s\n");
   const Proc p = bench({"--url", srv.url(), "-n", "20", "--rate", "40", "--arrival", "constant", "--warmup", "4",
                         "--tier-mix", "ultrafast=1,standard=1", "--output-len", "4", "--slo", kWork + "/pass.yaml",
                         "--price-per-hour", "2.5", "--json", kWork + "/r.json", "--csv", kWork + "/r.csv",
@@ -105,7 +73,7 @@ TEST_F(BenchCli, WritesEveryOutputAndPassesTheSlo) {
 
 TEST_F(BenchCli, FailingSloExitsThree) {
   bench::testing::SlowServer srv({.ttft_ms = 60, .per_token_ms = 1});
-  write(kWork + "/fail.json", R"({"overall": {"ttft_p50": "<= 20 ms"}})");
+  write_file(kWork + "/fail.json", R"({"overall": {"ttft_p50": "<= 20 ms"}})");
   const Proc p = bench({"--url", srv.url(), "-n", "5", "--rate", "20", "--no-cold-start", "-q", "--slo",
                         kWork + "/fail.json"});
   EXPECT_EQ(p.code, 3) << p.out << p.err;
@@ -115,7 +83,7 @@ TEST_F(BenchCli, FailingSloExitsThree) {
 
 TEST_F(BenchCli, ReplaysAJsonlFileAtItsOffsets) {
   bench::testing::SlowServer srv({.ttft_ms = 5, .per_token_ms = 1});
-  write(kWork + "/w.jsonl",
+  write_file(kWork + "/w.jsonl",
         "{\"prompt\": \"a\", \"max_tokens\": 2, \"tier\": \"batch\", \"offset_ms\": 0}\n"
         "{\"messages\": [{\"role\": \"user\", \"content\": \"b\"}], \"max_tokens\": 3, \"offset_ms\": 300}\n");
   const Proc p = bench({"--url", srv.url(), "--workload", kWork + "/w.jsonl", "--mode", "replay", "-n", "4",
@@ -142,7 +110,7 @@ TEST_F(BenchCli, UsageAndConnectionErrors) {
   EXPECT_EQ(bench({"--tier-key", "nokey"}).code, 2);
   EXPECT_EQ(bench({"--mode", "replay"}).code, 2);  // replay needs a file with offsets
   EXPECT_EQ(bench({"--slo", kWork + "/missing.yaml"}).code, 1);
-  write(kWork + "/bad.yaml", "ultrafast: {ttft_p42: 3}\n");
+  write_file(kWork + "/bad.yaml", "ultrafast: {ttft_p42: 3}\n");
   const Proc bad = bench({"--slo", kWork + "/bad.yaml"});
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("ttft_p42"), std::string::npos);

@@ -16,63 +16,30 @@
 #include <thread>
 #include <vector>
 
+#include "process_util.h"
+
 namespace ts {
 namespace {
 
 const std::string kModel = std::string(TS_SHARED_DIR) + "/models/stories260K.gguf";
 const std::string kWork = std::string(TS_BINARY_DIR) + "/bench_server_test";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
-pid_t spawn(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fo = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int fe = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0) _exit(127);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
+using testing_proc::Proc;
+using testing_proc::slurp;
+using testing_proc::spawn;
+using testing_proc::write_file;
 
 Proc bench(std::vector<std::string> args) {
   args.insert(args.begin(), {TS_TIERSERVE_BIN, "bench"});
-  const pid_t pid = spawn(args, kWork + "/bench.out", kWork + "/bench.err");
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(kWork + "/bench.out"), slurp(kWork + "/bench.err")};
+  return testing_proc::run_captured(args, kWork + "/bench.out", kWork + "/bench.err");
 }
 
 // Keys: "std-key" may use standard only (ultrafast requests are downgraded), "all-key"
 // every tier, "slow-key" every tier at 4 requests per minute.
 std::string hash(const std::string& key) {
-  const std::string out = kWork + "/hash.out";
-  const pid_t pid = spawn({TS_TIERSERVE_BIN, "serve", "--hash-key", key}, out, kWork + "/hash.err");
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::string h = slurp(out);
+  std::string h =
+      testing_proc::run_captured({TS_TIERSERVE_BIN, "serve", "--hash-key", key}, kWork + "/hash.out", kWork + "/hash.err")
+          .out;
   while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
   return h;
 }
@@ -88,7 +55,7 @@ class BenchServer : public ::testing::Test {
         << "    default_tier: standard\n"
         << "  - name: slow\n    sha256: " << hash("slow-key") << "\n    tiers: [ultrafast, standard, batch]\n"
         << "    default_tier: standard\n    requests_per_min: 4\n";
-    write(kWork + "/tierserve.yaml", cfg.str());
+    write_file(kWork + "/tierserve.yaml", cfg.str());
     const std::string port_file = kWork + "/port";
     std::remove(port_file.c_str());
     pid_ = spawn({TS_TIERSERVE_BIN, "serve", "-c", kWork + "/tierserve.yaml", "-m", kModel, "-p", "0", "--port-file",
@@ -173,7 +140,7 @@ TEST_F(BenchServer, RateLimitedKeyGets429AndNoKeyGets401) {
 }
 
 TEST_F(BenchServer, ClosedLoopSweepWithSloVerdict) {
-  write(kWork + "/slo.yaml", "overall:\n  ttft_p99: 5s\n  error_rate: 0\nstandard:\n  e2e_p99: 10s\n");
+  write_file(kWork + "/slo.yaml", "overall:\n  ttft_p99: 5s\n  error_rate: 0\nstandard:\n  e2e_p99: 10s\n");
   const auto j = run_json({"--api-key", "all-key", "--mode", "closed", "--sweep", "1,2,4", "--sweep-step-requests", "8",
                            "--output-len", "8", "--slo", kWork + "/slo.yaml", "--tier-mix", "standard"});
   ASSERT_FALSE(j.is_discarded());

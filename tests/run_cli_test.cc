@@ -14,6 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "gguf/gguf.h"
+#include "process_util.h"
 
 namespace ts {
 namespace {
@@ -22,46 +23,15 @@ const std::string kModel = std::string(TS_SHARED_DIR) + "/models/stories260K.ggu
 const std::string kGolden = std::string(TS_SHARED_DIR) + "/testdata/stories260K_greedy.json";
 const std::string kWork = std::string(TS_BINARY_DIR) + "/run_cli_test";
 
-struct Proc {
-  bool signaled = false;
-  int code = -1;  // exit status when !signaled, else the signal
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_proc::Proc;
+using testing_proc::slurp;
 
 // Runs `tierserve run <args>` with stdout and stderr captured in files.
 Proc run(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s = {TS_TIERSERVE_BIN, "run"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const std::string out_path = kWork + "/stdout", err_path = kWork + "/stderr";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fo = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int fe = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0) _exit(127);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    setenv("TIERSERVE_CACHE_DIR", kWork.c_str(), 1);  // measure the peak bandwidth once
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Proc p;
-  p.signaled = WIFSIGNALED(status);
-  p.code = p.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
-  p.out = slurp(out_path);
-  p.err = slurp(err_path);
-  return p;
+  std::vector<std::string> argv = {TS_TIERSERVE_BIN, "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  // TIERSERVE_CACHE_DIR: measure the peak bandwidth once.
+  return testing_proc::run_captured(argv, kWork + "/stdout", kWork + "/stderr", {{"TIERSERVE_CACHE_DIR", kWork}});
 }
 
 class RunCli : public ::testing::Test {

@@ -23,14 +23,11 @@
 #include <thread>
 #include <vector>
 
+#include "process_util.h"
+
 namespace ts::testing_server {
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_proc::slurp;
 
 // One `tierserve serve` process. Start() waits for the port file (the server writes it
 // once it listens); the destructor kills it if a test did not stop it.
@@ -54,19 +51,7 @@ class ServerProcess {
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     out_ = dir_ + "/" + name_ + ".stdout";
     err_ = dir_ + "/" + name_ + ".stderr";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fo = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int fe = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fo < 0 || fe < 0) _exit(127);
-      ::dup2(fo, 1);
-      ::dup2(fe, 2);
-      std::vector<char*> argv;
-      for (auto& s : argv_s) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = testing_proc::spawn(argv_s, out_, err_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < deadline) {
       const std::string p = slurp(port_file);
