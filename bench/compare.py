@@ -93,8 +93,16 @@ def make_model(tierserve, models_dir, arch, shape, typ):
 
 
 def weight_bytes(path):
+    """The weight bytes one decode step reads (tierserve's weight_bytes): every tensor, but of
+    an embedding matrix that is not also the output projection only the token's row."""
     from gguf import GGUFReader
-    return sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
+    tensors = GGUFReader(path).tensors
+    total = sum(int(t.n_bytes) for t in tensors)
+    if any(t.name == "output.weight" for t in tensors):
+        embd = next(t for t in tensors if t.name == "token_embd.weight")
+        n_rows = int(embd.shape[-1])  # gguf-py gives GGUF order: [n_embd, n_vocab]
+        total -= int(embd.n_bytes) - int(embd.n_bytes) // n_rows
+    return total
 
 
 def prompt_of_tokens(path, n_tokens):
@@ -262,8 +270,8 @@ def main():
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; decode GB/s counts weight bytes only "
-            f"(KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
+    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; decode GB/s counts the weight bytes a step reads "
+            f"(an untied embedding: one row; KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
             f"(kernels_bench roofline/read) at the start: {bw_start}; at the end: {read_bandwidth()}.\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n" + note)
