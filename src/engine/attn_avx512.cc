@@ -440,6 +440,101 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// kTiledF32 (ops.h): per query and tile of 16 key positions, the 16 scores from one
+// transposed reduction tree (hsum16: the tree of tiled_tree16 on each key's 16 lanes of
+// fma chains), one rescale when the tile raises the max, the 16 weights from one expf16,
+// and the F32 accumulator updated in registers key by key. K and V rows of a tile are
+// converted to F32 once for all queries. Each query gets exactly attention_tiled_ref's
+// operations.
+template <int C>
+void tiled(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q, const KvCache& kv, int layer,
+           int kv_head, const KvSeqView& seq, float scale, float* const* out, float* buf) {
+  constexpr int L = kAttnTile, D = 16 * C;
+  static_assert(L == 16);
+  float* const kt = buf;          // [L][D]
+  float* const vt = kt + L * D;   // [L][D]
+  float* const acc = vt + L * D;  // [n_q][D]
+  __m512 sums[kMaxGroupQueries];
+  float mx[kMaxGroupQueries];
+  int64_t lo = n_kv[0], hi = 0;
+  for (int i = 0; i < n_q; ++i) {
+    sums[i] = _mm512_setzero_ps();
+    mx[i] = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * D + 16 * c, _mm512_setzero_ps());
+    lo = std::min(lo, kv_begin ? kv_begin[i] : 0);
+    hi = std::max(hi, n_kv[i]);
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t p0 = lo / L * L; p0 < hi; p0 += L) {
+    const int64_t a = std::max(p0, lo), b = std::min(p0 + L, hi);
+    for (int64_t p = a; p < b; ++p) {
+      const int64_t cell = seq.cell(p);
+      const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * D;
+      const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * D;
+      float* kr = kt + (p - p0) * D;
+      float* vr = vt + (p - p0) * D;
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        _mm512_store_ps(kr + 16 * c, load_h16(k + 16 * c));
+        _mm512_store_ps(vr + 16 * c, load_h16(v + 16 * c));
+      }
+    }
+    for (int i = 0; i < n_q; ++i) {
+      const int64_t qa = std::max(p0, kv_begin ? kv_begin[i] : 0), qb = std::min(p0 + L, n_kv[i]);
+      if (qa >= qb) continue;
+      const unsigned in = ((1u << (qb - p0)) - 1) & ~((1u << (qa - p0)) - 1);
+      __m512 qv[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q[i] + 16 * c);
+      const __m512 dots = hsum16(
+          [&](int j) {
+            __m512 part = _mm512_setzero_ps();
+            if (in >> j & 1) {
+#pragma GCC unroll 16
+              for (int c = 0; c < C; ++c) part = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kt + j * D + 16 * c), part);
+            }
+            return part;
+          },
+          L);
+      const __m512 s = _mm512_mask_blend_ps(__mmask16(in), neg_inf, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
+      const float m = _mm512_reduce_max_ps(s);
+      float* ai = acc + i * D;
+      __m512 av[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) av[c] = _mm512_load_ps(ai + 16 * c);
+      if (m > mx[i]) {
+        const __m512 ms = _mm512_set1_ps(std::exp(mx[i] - m));
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) av[c] = _mm512_mul_ps(av[c], ms);
+        sums[i] = _mm512_mul_ps(sums[i], ms);
+        mx[i] = m;
+      }
+      const __m512 e =
+          _mm512_maskz_mov_ps(__mmask16(in), expf16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i])), __mmask16(in)));
+      sums[i] = _mm512_add_ps(sums[i], e);
+      alignas(64) float ev[L];
+      _mm512_store_ps(ev, e);
+      for (unsigned rest = in; rest != 0; rest &= rest - 1) {
+        const int j = __builtin_ctz(rest);
+        const __m512 ej = _mm512_set1_ps(ev[j]);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) av[c] = _mm512_fmadd_ps(ej, _mm512_load_ps(vt + j * D + 16 * c), av[c]);
+      }
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) _mm512_store_ps(ai + 16 * c, av[c]);
+    }
+  }
+  for (int i = 0; i < n_q; ++i) {
+    alignas(64) float t[L];
+    _mm512_store_ps(t, sums[i]);
+    const float total = tiled_tree16(t);
+    const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(out[i] + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
+  }
+}
+
 }  // namespace
 
 void expf_avx512(const float* x, float* y, int64_t n) {
@@ -485,6 +580,23 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
                      : group<128, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
     case 256: stream ? group<256, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
                      : group<256, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
+    default: return false;
+  }
+}
+
+bool attention_tiled_avx512(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
+                            const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
+                            float* const* out, uint16_t* scratch) {
+  const int d = kv.shape().head_dim_k;
+  if (d != kv.shape().head_dim_v || n_q < 1 || n_q > kMaxGroupQueries) return false;
+  float* buf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  switch (d) {
+    case 32: tiled<2>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
+    case 64: tiled<4>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
+    case 80: tiled<5>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
+    case 96: tiled<6>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
+    case 128: tiled<8>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
+    case 256: tiled<16>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
     default: return false;
   }
 }

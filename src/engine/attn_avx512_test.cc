@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -96,7 +98,8 @@ TEST(AttentionSeq, BitIdenticalToGroups) {
       }
       for (int group : {1, 4})
         for (bool decode : {true, false})
-          for (auto numerics : {ops::AttnNumerics::kFlashF16, ops::AttnNumerics::kSoftmaxF16}) {
+          for (auto numerics :
+               {ops::AttnNumerics::kFlashF16, ops::AttnNumerics::kSoftmaxF16, ops::AttnNumerics::kTiledF32}) {
             std::vector<ops::AttnQuery> qs;
             std::vector<std::vector<float>> q, a, b;
             const int n_q = decode ? std::min(ops::kMaxSeqQueries, n_head_kv * group) : ops::kMaxGroupQueries;
@@ -235,6 +238,132 @@ TEST(AttentionAvx512, GroupBeginsEqualHeadOverTheRange) {
     ops::detail::attention_group_avx2(qp.data(), n_kv.data(), n_q, *kv, 0, 0, view, 0.0625f, gp.data(), scratch.data(),
                                       begin.data());
     check("avx2", ops::AttnNumerics::kFlashF16);
+  }
+}
+
+// kTiledF32 -----------------------------------------------------------------------------
+
+// A cache of n_pos positions of random K/V (V scaled by v_scale) behind a shuffled block table.
+struct TiledFixture {
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> blocks;
+  KvSeqView view;
+  TiledFixture(Rng& rng, int dim, int n_head_kv, int n_pos, int bs, float v_scale = 1.0f) {
+    const int64_t n_blocks = (n_pos + bs - 1) / bs + 1;
+    kv = std::move(KvCache::create({1, n_head_kv, dim, dim}, n_blocks, bs)).value();
+    for (int64_t b = 0; b < n_blocks; ++b) blocks.push_back(int32_t(n_blocks - 1 - b));
+    view = KvSeqView{blocks, bs};
+    std::vector<float> row(size_t(dim) * n_head_kv);
+    for (int p = 0; p < n_pos; ++p) {
+      for (auto& x : row) x = rng.normal();
+      ops::to_f16(row.data(), kv->k(0, view.cell(p)), int64_t(row.size()));
+      for (auto& x : row) x = v_scale * rng.normal();
+      ops::to_f16(row.data(), kv->v(0, view.cell(p)), int64_t(row.size()));
+    }
+  }
+};
+
+// The AVX-512 kernel against the one-lane-at-a-time definition, bit for bit: head sizes
+// with and without a kernel of their own, 1..16 queries, lengths across tile edges,
+// windows starting inside tiles, flat to peaked scores.
+TEST(AttentionTiled, Avx512BitIdenticalToReference) {
+  if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
+  Rng rng(31);
+  for (int dim : {32, 64, 80, 128, 256})
+    for (int bs : {16, 5})
+      for (float q_scale : {0.1f, 1.0f, 8.0f}) {
+        const int n_pos = 75;
+        TiledFixture f(rng, dim, 2, n_pos, bs);
+        for (int n_q : {1, 5, ops::kMaxGroupQueries}) {
+          std::vector<std::vector<float>> q(static_cast<size_t>(n_q), std::vector<float>(static_cast<size_t>(dim))), a = q, b = q;
+          std::vector<const float*> qp;
+          std::vector<float*> ap, bp;
+          std::vector<int64_t> n_kv, begin;
+          for (int i = 0; i < n_q; ++i) {
+            for (auto& x : q[size_t(i)]) x = q_scale * rng.normal();
+            qp.push_back(q[size_t(i)].data());
+            ap.push_back(a[size_t(i)].data());
+            bp.push_back(b[size_t(i)].data());
+            n_kv.push_back(n_q == 1 ? n_pos : 1 + (i * 29 + 5) % n_pos);
+            begin.push_back((i * 13 + 2) % n_kv.back());
+          }
+          std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(f.kv->shape())));
+          const float scale = 1.0f / std::sqrt(float(dim));
+          for (const int64_t* kb : {static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(begin.data())})
+            for (int h = 0; h < 2; ++h) {
+              const bool own = ops::detail::attention_tiled_avx512(qp.data(), n_kv.data(), kb, n_q, *f.kv, 0, h,
+                                                                   f.view, scale, ap.data(), scratch.data());
+              ASSERT_TRUE(own) << dim;
+              ops::detail::attention_tiled_ref(qp.data(), n_kv.data(), kb, n_q, *f.kv, 0, h, f.view, scale, bp.data());
+              for (int i = 0; i < n_q; ++i)
+                ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
+                    << "dim " << dim << " block " << bs << " q_scale " << q_scale << " n_q " << n_q << " query " << i
+                    << " head " << h << " begins " << (kb != nullptr);
+            }
+        }
+      }
+}
+
+// What makes batched == solo hold: a query's result does not depend on the other queries
+// of its call (their lengths change the tiles the call walks, not this query's).
+TEST(AttentionTiled, QueryIndependentOfItsGroup) {
+  Rng rng(37);
+  for (int dim : {64, 256, 40}) {
+    const int n_pos = 70;
+    TiledFixture f(rng, dim, 1, n_pos, 16);
+    const int n_q = ops::kMaxGroupQueries;
+    std::vector<std::vector<float>> q(size_t(n_q), std::vector<float>(static_cast<size_t>(dim))), a = q;
+    std::vector<const float*> qp;
+    std::vector<float*> ap;
+    std::vector<int64_t> n_kv, begin;
+    for (int i = 0; i < n_q; ++i) {
+      for (auto& x : q[size_t(i)]) x = 2.0f * rng.normal();
+      qp.push_back(q[size_t(i)].data());
+      ap.push_back(a[size_t(i)].data());
+      n_kv.push_back(20 + (i * 17) % (n_pos - 20));
+      begin.push_back(i % 3 == 0 ? 0 : (i * 7) % 19);
+    }
+    std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(f.kv->shape())));
+    ops::attention_group(qp.data(), n_kv.data(), n_q, *f.kv, 0, 0, f.view, 0.125f, ap.data(), scratch.data(),
+                         ops::AttnNumerics::kTiledF32, begin.data());
+    std::vector<float> alone(static_cast<size_t>(dim));
+    for (int i = 0; i < n_q; ++i) {
+      float* op = alone.data();
+      ops::attention_group(&qp[size_t(i)], &n_kv[size_t(i)], 1, *f.kv, 0, 0, f.view, 0.125f, &op, scratch.data(),
+                           ops::AttnNumerics::kTiledF32, &begin[size_t(i)]);
+      ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), alone.data(), size_t(dim) * sizeof(float)))
+          << "dim " << dim << " query " << i;
+    }
+  }
+}
+
+// Against attention in double over the same F16 cache (no rounding of q or of the
+// accumulator): F32 accumulation stays within 2e-6 of it, where llama.cpp's F16
+// accumulator (kFlashF16) is off by ~1e-3.
+TEST(AttentionTiled, CloseToExactAttention) {
+  Rng rng(41);
+  for (int dim : {64, 128, 256}) {
+    const int n_pos = 300;
+    TiledFixture f(rng, dim, 1, n_pos, 16);
+    std::vector<float> q(static_cast<size_t>(dim)), got(q.size()), want(q.size()), f16(q.size());
+    std::vector<uint16_t> scratch(size_t(ops::attention_group_scratch_halves(f.kv->shape())));
+    double worst_tiled = 0, worst_f16 = 0;
+    for (int trial = 0; trial < 8; ++trial) {
+      for (auto& x : q) x = 3.0f * rng.normal();
+      const int64_t n_kv = 1 + (trial * 97) % n_pos;
+      const float scale = 1.0f / std::sqrt(float(dim));
+      ops::attention_head(q.data(), *f.kv, 0, 0, f.view, n_kv, scale, got.data(), scratch.data(),
+                          ops::AttnNumerics::kTiledF32);
+      ops::attention_head(q.data(), *f.kv, 0, 0, f.view, n_kv, scale, f16.data(), scratch.data(),
+                          ops::AttnNumerics::kFlashF16);
+      ops::attention_head_ref(q.data(), *f.kv, 0, 0, f.view, n_kv, scale, want.data());
+      for (int d = 0; d < dim; ++d) {
+        worst_tiled = std::max(worst_tiled, std::abs(double(got[size_t(d)]) - want[size_t(d)]));
+        worst_f16 = std::max(worst_f16, std::abs(double(f16[size_t(d)]) - want[size_t(d)]));
+      }
+    }
+    EXPECT_LT(worst_tiled, 2e-6) << dim;
+    EXPECT_GT(worst_f16, 10 * worst_tiled) << dim;  // the test can tell the two apart
   }
 }
 

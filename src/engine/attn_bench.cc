@@ -17,6 +17,7 @@
 //   256-bit ones rounded into a register then stored (attn_avx512.cc's form). Items are
 //   16-lane updates.
 // Items are (query, key) pairs otherwise; the rate is what to compare between builds.
+// The attention numerics: ATTN_BENCH_NUMERICS=flash-f16 (default), tiled-f32 or softmax-f16.
 // GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn about
 // them at every inlined use (f16_update); the values are never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -25,6 +26,8 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -36,6 +39,17 @@
 
 namespace ts::engine {
 namespace {
+
+ops::AttnNumerics numerics() {
+  static const ops::AttnNumerics n = [] {
+    const char* e = std::getenv("ATTN_BENCH_NUMERICS");
+    const std::string v = e ? e : "flash-f16";
+    if (v == "tiled-f32") return ops::AttnNumerics::kTiledF32;
+    if (v == "softmax-f16") return ops::AttnNumerics::kSoftmaxF16;
+    return ops::AttnNumerics::kFlashF16;
+  }();
+  return n;
+}
 
 struct Prompt {
   int n_pos, n_head_kv, dim, group;
@@ -86,7 +100,7 @@ void BM_group256(benchmark::State& state) {
           outs[n_q] = pr.op(r, h);
           n_kv[n_q++] = r + 1;
         }
-      ops::attention_group(qs, n_kv, n_q, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data());
+      ops::attention_group(qs, n_kv, n_q, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data(), numerics());
     }
     benchmark::DoNotOptimize(pr.out.data());
   }
@@ -107,7 +121,7 @@ void seq_prompt(benchmark::State& state, int dim, int n_head_kv, int group) {
         int n_q = 0;
         for (int r = r0; r < r0 + rows; ++r)
           for (int h = g * group; h < (g + 1) * group; ++h) qs[n_q++] = {pr.qp(r, h), pr.op(r, h), r + 1, g};
-        ops::attention_seq(qs, n_q, *pr.kv, 0, view, scale, pr.scratch.data());
+        ops::attention_seq(qs, n_q, *pr.kv, 0, view, scale, pr.scratch.data(), numerics());
       }
     benchmark::DoNotOptimize(pr.out.data());
   }
@@ -129,7 +143,7 @@ void BM_group256_decode(benchmark::State& state) {
     n_kv[h] = 512;
   }
   for (auto _ : state) {
-    ops::attention_group(qs, n_kv, 4, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data());
+    ops::attention_group(qs, n_kv, 4, *pr.kv, 0, 0, view, scale, outs, pr.scratch.data(), numerics());
     benchmark::DoNotOptimize(pr.out.data());
   }
   state.SetItemsProcessed(state.iterations() * 4 * 512);
@@ -143,7 +157,7 @@ void BM_seq64_decode(benchmark::State& state) {
   ops::AttnQuery qs[12];
   for (int h = 0; h < 12; ++h) qs[h] = {pr.qp(511, h), pr.op(511, h), 512, h};
   for (auto _ : state) {
-    ops::attention_seq(qs, 12, *pr.kv, 0, view, scale, pr.scratch.data());
+    ops::attention_seq(qs, 12, *pr.kv, 0, view, scale, pr.scratch.data(), numerics());
     benchmark::DoNotOptimize(pr.out.data());
   }
   state.SetItemsProcessed(state.iterations() * 12 * 512);
@@ -198,13 +212,13 @@ struct Batch {
             outs[h] = op(s, h);
             n_kv[h] = kPos;
           }
-          ops::attention_group(qs, n_kv, group, *kv, l, 0, view, scale, outs, scr);
+          ops::attention_group(qs, n_kv, group, *kv, l, 0, view, scale, outs, scr, numerics());
         } else {
           ops::AttnQuery qs[ops::kMaxSeqQueries];
           int n_q = 0;
           for (int g = 0; g < n_head_kv; ++g)
             for (int h = g * group; h < (g + 1) * group; ++h) qs[n_q++] = {qp(s, h), op(s, h), kPos, g};
-          ops::attention_seq(qs, n_q, *kv, l, view, scale, scr);
+          ops::attention_seq(qs, n_q, *kv, l, view, scale, scr, numerics());
         }
       }
   }

@@ -3,6 +3,7 @@
 // agree with it to float rounding, not just "approximately".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/kv_cache.h"
@@ -44,7 +45,19 @@ enum class AttnNumerics {
   // Without flash attention (`-fa off`, llama-cpp-python's default): plain softmax in
   // F32, probabilities rounded to F16 before the product with V, accumulated in F32.
   kSoftmaxF16,
+  // Flash attention in F32 over tiles of kAttnTile keys at absolute positions, as
+  // llama.cpp's tiled path for prompt batches (64+ queries) works, but the same for every
+  // query, so results never depend on how queries are batched. Per query and tile
+  // [16t, 16t + 16) (the positions it attends to): scores s_j = tree(fma chains over
+  // 16-dim chunks of q * k_j) * scale, with no F16 rounding of q; the tile's max m; when m
+  // exceeds the running max M, the accumulator and the 16 per-lane weight sums are scaled
+  // by exp(M - m); p_j = exp(s_j - M), added to the lane sums and fused into the F32
+  // accumulator in key order. Output: accumulator / tree(lane sums). tree(x) of 16 lanes
+  // adds x_l + x_(l+8), then + x_(l+4) halves, then + x_(l+2), then the last two; exp is
+  // std::exp(float). No F16 round trip per key: faster than kFlashF16.
+  kTiledF32,
 };
+inline constexpr int kAttnTile = 16;
 
 // Halves a thread needs for attention_head: head_dim_k + head_dim_v.
 inline int64_t attention_scratch_halves(const KvShape& s) { return int64_t(s.head_dim_k) + s.head_dim_v; }
@@ -64,8 +77,12 @@ void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
 // kMaxGroupQueries queries; `scratch` holds attention_group_scratch_halves halves.
 inline constexpr int kMaxGroupQueries = 16;
 inline int64_t attention_group_scratch_halves(const KvShape& s) {
-  return kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * (int64_t(s.head_dim_k) + s.head_dim_v) +
-         2 * kMaxGroupQueries * s.head_dim_k + 64;
+  const int64_t dk = (s.head_dim_k + 15) / 16 * 16, dv = (s.head_dim_v + 15) / 16 * 16;
+  const int64_t flash = kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) +
+                        2 * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * kMaxGroupQueries * s.head_dim_k + 64;
+  // kTiledF32: F32 K and V rows of a tile and an F32 accumulator per query, 64-byte aligned.
+  const int64_t tiled = 2 * (kAttnTile * (dk + dv) + kMaxGroupQueries * dv) + 32;
+  return std::max(flash, tiled);
 }
 // With kv_begin, query i attends positions [kv_begin[i], n_kv[i]) (the rows of a prompt
 // past a sliding window, several in one call over the union of their windows).
