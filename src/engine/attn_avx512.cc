@@ -444,49 +444,56 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
 // kTiledF32 (ops.h): per query and tile of 16 key positions, the 16 scores from one
 // transposed reduction tree (hsum16: the tree of tiled_tree16 on each key's 16 lanes of
 // fma chains), one rescale when the tile raises the max, the 16 weights from one expf16,
-// and the F32 accumulator updated in registers key by key. K and V rows of a tile are
-// converted to F32 once for all queries. Each query gets exactly attention_tiled_ref's
-// operations.
+// and the F32 accumulator updated in registers key by key. Each query gets exactly
+// attention_tiled_ref's operations.
+// tiled: queries of one kv head (prompts, GQA groups), whose K and V rows of a tile are
+// converted to F32 once for all of them; tiled_stream (below): queries of any heads.
+struct TiledQuery {
+  const float* q;
+  float* out;
+  int64_t begin, end;  // attends to positions [begin, end)
+  int32_t kv_head;
+};
+
 template <int C>
-void tiled(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q, const KvCache& kv, int layer,
-           int kv_head, const KvSeqView& seq, float scale, float* const* out, float* buf) {
+void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+           float* buf) {
   constexpr int L = kAttnTile, D = 16 * C;
   static_assert(L == 16);
   float* const kt = buf;          // [L][D]
   float* const vt = kt + L * D;   // [L][D]
   float* const acc = vt + L * D;  // [n_q][D]
-  __m512 sums[kMaxGroupQueries];
-  float mx[kMaxGroupQueries];
-  int64_t lo = n_kv[0], hi = 0;
+  __m512 sums[kMaxSeqQueries];
+  float mx[kMaxSeqQueries];
+  int64_t lo = tq[0].begin, hi = 0;
   for (int i = 0; i < n_q; ++i) {
     sums[i] = _mm512_setzero_ps();
     mx[i] = -std::numeric_limits<float>::infinity();
     for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * D + 16 * c, _mm512_setzero_ps());
-    lo = std::min(lo, kv_begin ? kv_begin[i] : 0);
-    hi = std::max(hi, n_kv[i]);
+    lo = std::min(lo, tq[i].begin);
+    hi = std::max(hi, tq[i].end);
   }
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t cells[L];
   for (int64_t p0 = lo / L * L; p0 < hi; p0 += L) {
     const int64_t a = std::max(p0, lo), b = std::min(p0 + L, hi);
+    for (int64_t p = a; p < b; ++p) cells[p - p0] = seq.cell(p);
     for (int64_t p = a; p < b; ++p) {
-      const int64_t cell = seq.cell(p);
-      const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * D;
-      const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * D;
-      float* kr = kt + (p - p0) * D;
-      float* vr = vt + (p - p0) * D;
+      const uint16_t* k = kv.k(layer, cells[p - p0]) + int64_t(tq[0].kv_head) * D;
+      const uint16_t* v = kv.v(layer, cells[p - p0]) + int64_t(tq[0].kv_head) * D;
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) {
-        _mm512_store_ps(kr + 16 * c, load_h16(k + 16 * c));
-        _mm512_store_ps(vr + 16 * c, load_h16(v + 16 * c));
+        _mm512_store_ps(kt + (p - p0) * D + 16 * c, load_h16(k + 16 * c));
+        _mm512_store_ps(vt + (p - p0) * D + 16 * c, load_h16(v + 16 * c));
       }
     }
     for (int i = 0; i < n_q; ++i) {
-      const int64_t qa = std::max(p0, kv_begin ? kv_begin[i] : 0), qb = std::min(p0 + L, n_kv[i]);
+      const int64_t qa = std::max(p0, tq[i].begin), qb = std::min(p0 + L, tq[i].end);
       if (qa >= qb) continue;
       const unsigned in = ((1u << (qb - p0)) - 1) & ~((1u << (qa - p0)) - 1);
       __m512 qv[C];
 #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q[i] + 16 * c);
+      for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(tq[i].q + 16 * c);
       const __m512 dots = hsum16(
           [&](int j) {
             __m512 part = _mm512_setzero_ps();
@@ -531,7 +538,161 @@ void tiled(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, 
     const float total = tiled_tree16(t);
     const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(out[i] + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
+    for (int c = 0; c < C; ++c)
+      _mm512_storeu_ps(tq[i].out + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
+  }
+}
+
+// The same operations per query for queries of any kv heads (decode), the cache read in
+// cell order: for each key j of a tile, the partial dot products of all queries (16-lane
+// chains kept in `parts`) and, interleaved, the value rows of key j of the previous tile
+// into the accumulators (in memory); then the softmax step of the tile per query. So the
+// key and value streams advance together and the accumulators get each tile's values
+// before the next tile's rescale, as the definition orders them. Walking each head's 16
+// rows of a tile in turn instead streamed the cache at half the speed (attn_bench
+// seq/64/decode16).
+template <int C>
+void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+                  float* buf) {
+  constexpr int L = kAttnTile, D = 16 * C;
+  float* const acc = buf;                     // [n_q][D]
+  float* const st = acc + n_q * D;               // [L][kMaxSeqQueries] dot products of a tile
+  float* const ev = st + L * kMaxSeqQueries;     // [n_q][L] weights of the previous tile
+  const __m512i gather_idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32(kMaxSeqQueries));
+  __m512 sums[kMaxSeqQueries];
+  float mx[kMaxSeqQueries];
+  unsigned in[kMaxSeqQueries], in_prev[kMaxSeqQueries], in_union_prev = 0;
+  int64_t lo = tq[0].begin, hi = 0;
+  for (int i = 0; i < n_q; ++i) {
+    sums[i] = _mm512_setzero_ps();
+    mx[i] = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * D + 16 * c, _mm512_setzero_ps());
+    lo = std::min(lo, tq[i].begin);
+    hi = std::max(hi, tq[i].end);
+    in_prev[i] = 0;
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  auto add_values = [&](int64_t p, int j) {  // key j (position p) of the previous tile
+    if (!(in_union_prev >> j & 1)) return;
+    const uint16_t* vrow = kv.v(layer, seq.cell(p));
+    for (int i = 0; i < n_q; ++i) {
+      if (!(in_prev[i] >> j & 1)) continue;
+      const uint16_t* v = vrow + int64_t(tq[i].kv_head) * D;
+      const __m512 ej = _mm512_set1_ps(ev[i * L + j]);
+      float* ai = acc + i * D;
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c)
+        _mm512_store_ps(ai + 16 * c, _mm512_fmadd_ps(ej, load_h16(v + 16 * c), _mm512_load_ps(ai + 16 * c)));
+    }
+  };
+  const int64_t first = lo / L * L;
+  for (int64_t p0 = first; p0 < hi + L; p0 += L) {
+    const bool scores = p0 < hi;  // the last round only adds the previous tile's values
+    for (int i = 0; i < n_q; ++i) {
+      const int64_t qa = std::max(p0, tq[i].begin), qb = std::min(p0 + L, tq[i].end);
+      in[i] = scores && qa < qb ? ((1u << (qb - p0)) - 1) & ~((1u << (qa - p0)) - 1) : 0u;
+    }
+    const int ja = scores ? int(std::max(p0, lo) - p0) : L, jb = scores ? int(std::min(p0 + L, hi) - p0) : 0;
+    for (int j = 0; j < L; ++j) {
+      if (j >= ja && j < jb) {
+        // Key j's dot products with 16 queries at a time, reduced together (hsum16 over
+        // queries: each lane is its query's tree); the key's row converted once per run of
+        // queries of one head.
+        const uint16_t* krow = kv.k(layer, seq.cell(p0 + j));
+        __m512 kreg[C];
+        int loaded = -1;
+        for (int b0 = 0; b0 < n_q; b0 += 16) {
+          const __m512 dots = hsum16(
+              [&](int t) {
+                const int i = b0 + t;
+                if (!(in[i] >> j & 1)) return _mm512_setzero_ps();
+                if (tq[i].kv_head != loaded) {
+                  loaded = tq[i].kv_head;
+#pragma GCC unroll 16
+                  for (int c = 0; c < C; ++c) kreg[c] = load_h16(krow + int64_t(loaded) * D + 16 * c);
+                }
+                __m512 part = _mm512_setzero_ps();
+#pragma GCC unroll 16
+                for (int c = 0; c < C; ++c) part = _mm512_fmadd_ps(_mm512_loadu_ps(tq[i].q + 16 * c), kreg[c], part);
+                return part;
+              },
+              std::min(16, n_q - b0));
+          _mm512_store_ps(st + j * kMaxSeqQueries + b0, dots);
+        }
+      }
+      if (p0 > first) add_values(p0 - L + j, j);
+    }
+    if (!scores) break;
+    in_union_prev = 0;
+    for (int i = 0; i < n_q; ++i) {
+      in_prev[i] = in[i];
+      in_union_prev |= in[i];
+      if (!in[i]) continue;
+      const __m512 dots = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), __mmask16(in[i]), gather_idx, st + i, 4);
+      const __m512 s = _mm512_mask_blend_ps(__mmask16(in[i]), neg_inf, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
+      const float m = _mm512_reduce_max_ps(s);
+      if (m > mx[i]) {
+        const __m512 ms = _mm512_set1_ps(std::exp(mx[i] - m));
+        float* ai = acc + i * D;
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) _mm512_store_ps(ai + 16 * c, _mm512_mul_ps(_mm512_load_ps(ai + 16 * c), ms));
+        sums[i] = _mm512_mul_ps(sums[i], ms);
+        mx[i] = m;
+      }
+      const __m512 e =
+          _mm512_maskz_mov_ps(__mmask16(in[i]), expf16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i])), __mmask16(in[i])));
+      sums[i] = _mm512_add_ps(sums[i], e);
+      _mm512_store_ps(ev + i * L, e);
+    }
+  }
+  for (int i = 0; i < n_q; ++i) {
+    alignas(64) float t[L];
+    _mm512_store_ps(t, sums[i]);
+    const float total = tiled_tree16(t);
+    const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c)
+      _mm512_storeu_ps(tq[i].out + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
+  }
+}
+
+// Queries sharing a kv head from this many on convert its rows once per tile.
+constexpr int kTiledShareMin = 3;
+
+template <int C>
+void tiled_dispatch(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+                    float* buf) {
+  // Runs of one kv head; shared conversion when every run is long enough.
+  bool share = true;
+  for (int i = 0; i < n_q;) {
+    int e = i + 1;
+    while (e < n_q && tq[e].kv_head == tq[i].kv_head) ++e;
+    share &= e - i >= kTiledShareMin && e - i <= kMaxGroupQueries;
+    i = e;
+  }
+  if (!share) return tiled_stream<C>(tq, n_q, kv, layer, seq, scale, buf);
+  for (int i = 0; i < n_q;) {
+    int e = i + 1;
+    while (e < n_q && tq[e].kv_head == tq[i].kv_head) ++e;
+    tiled<C>(tq + i, e - i, kv, layer, seq, scale, buf);
+    i = e;
+  }
+}
+
+bool tiled_run(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
+               uint16_t* scratch) {
+  const int d = kv.shape().head_dim_k;
+  if (d != kv.shape().head_dim_v || n_q < 1 || n_q > kMaxSeqQueries) return false;
+  float* buf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  switch (d) {
+    case 32: tiled_dispatch<2>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    case 64: tiled_dispatch<4>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    case 80: tiled_dispatch<5>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    case 96: tiled_dispatch<6>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    case 128: tiled_dispatch<8>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    case 256: tiled_dispatch<16>(tq, n_q, kv, layer, seq, scale, buf); return true;
+    default: return false;
   }
 }
 
@@ -587,18 +748,18 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
 bool attention_tiled_avx512(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                             const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                             float* const* out, uint16_t* scratch) {
-  const int d = kv.shape().head_dim_k;
-  if (d != kv.shape().head_dim_v || n_q < 1 || n_q > kMaxGroupQueries) return false;
-  float* buf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-  switch (d) {
-    case 32: tiled<2>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    case 64: tiled<4>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    case 80: tiled<5>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    case 96: tiled<6>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    case 128: tiled<8>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    case 256: tiled<16>(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, buf); return true;
-    default: return false;
-  }
+  if (n_q < 1 || n_q > kMaxGroupQueries) return false;
+  TiledQuery tq[kMaxGroupQueries];
+  for (int i = 0; i < n_q; ++i) tq[i] = {q[i], out[i], kv_begin ? kv_begin[i] : 0, n_kv[i], int32_t(kv_head)};
+  return tiled_run(tq, n_q, kv, layer, seq, scale, scratch);
+}
+
+bool attention_tiled_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                                float scale, uint16_t* scratch) {
+  if (n_q < 1 || n_q > kMaxSeqQueries) return false;
+  TiledQuery tq[kMaxSeqQueries];
+  for (int i = 0; i < n_q; ++i) tq[i] = {qs[i].q, qs[i].out, 0, qs[i].n_kv, qs[i].kv_head};
+  return tiled_run(tq, n_q, kv, layer, seq, scale, scratch);
 }
 
 }  // namespace ts::engine::ops::detail

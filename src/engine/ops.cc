@@ -308,6 +308,9 @@ void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, c
   if (n_q == 0) return;
   if (numerics == AttnNumerics::kFlashF16 && use_avx512() && detail::attention_seq_avx512(qs, n_q, kv, layer, seq, scale))
     return;
+  if (numerics == AttnNumerics::kTiledF32 && use_avx512() &&
+      detail::attention_tiled_seq_avx512(qs, n_q, kv, layer, seq, scale, scratch))
+    return;
   // Runs of one kv head, as attention_group calls.
   for (int i = 0; i < n_q;) {
     const float* q[kMaxGroupQueries];

@@ -63,9 +63,13 @@ void attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64
                          const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                          float* const* out);
 // The same with AVX-512 (attn_avx512.cc), bit-identical; `scratch` as attention_group's.
-// False (nothing done) for head sizes over 256.
+// False (nothing done) for other head sizes than 32, 64, 80, 96, 128 and 256, or K and V
+// heads of different sizes.
 bool attention_tiled_avx512(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                             const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                             float* const* out, uint16_t* scratch);
+// attention_seq in kTiledF32 (attn_avx512.cc), the same head sizes.
+bool attention_tiled_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                                float scale, uint16_t* scratch);
 
 }  // namespace ts::engine::ops::detail

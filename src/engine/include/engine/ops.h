@@ -80,8 +80,12 @@ inline int64_t attention_group_scratch_halves(const KvShape& s) {
   const int64_t dk = (s.head_dim_k + 15) / 16 * 16, dv = (s.head_dim_v + 15) / 16 * 16;
   const int64_t flash = kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) +
                         2 * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * kMaxGroupQueries * s.head_dim_k + 64;
-  // kTiledF32: F32 K and V rows of a tile and an F32 accumulator per query, 64-byte aligned.
-  const int64_t tiled = 2 * (kAttnTile * (dk + dv) + kMaxGroupQueries * dv) + 32;
+  // kTiledF32, in floats, 64-byte aligned: the F32 K and V rows of a tile and an
+  // accumulator per query (queries of one kv head), or an accumulator, 16 partial dot
+  // products and 16 weights per query (up to 32 queries of any heads).
+  constexpr int kSeqQueries = 32;  // kMaxSeqQueries
+  const int64_t tiled = 2 * std::max(kAttnTile * (dk + dv) + kMaxGroupQueries * dv,
+                                     kSeqQueries * (dv + kAttnTile * 16 + kAttnTile)) + 32;
   return std::max(flash, tiled);
 }
 // With kv_begin, query i attends positions [kv_begin[i], n_kv[i]) (the rows of a prompt
@@ -106,6 +110,7 @@ struct AttnQuery {
 // should be adjacent (K rows are converted once per run). At most kMaxSeqQueries;
 // `scratch` holds attention_group_scratch_halves halves.
 inline constexpr int kMaxSeqQueries = 32;
+static_assert(kMaxSeqQueries == 32, "attention_group_scratch_halves sizes for 32");
 void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
                    uint16_t* scratch, AttnNumerics numerics = AttnNumerics::kFlashF16);
 
