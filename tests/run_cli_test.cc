@@ -47,7 +47,9 @@ class RunCli : public ::testing::Test {
 };
 
 TEST_F(RunCli, JsonMatchesGoldenForEveryCase) {
-  for (const auto& c : golden()["cases"]) {
+  const auto g = golden();  // (iterating golden()["cases"] would walk a destroyed temporary)
+  ASSERT_GE(g["cases"].size(), 4u);
+  for (const auto& c : g["cases"]) {
     const std::string prompt = c["prompt"].get<std::string>();
     const Proc p = run({"-m", kModel, "-p", prompt, "-n", "64", "--temp", "0", "-t", "2", "--json"});
     ASSERT_FALSE(p.signaled);
@@ -95,6 +97,24 @@ TEST_F(RunCli, JsonNamesTheKernelPath) {
     EXPECT_EQ(j["tokens"].get<std::vector<int>>(), std::vector<int>(want_tokens.begin(), want_tokens.begin() + 4))
         << isa;
   }
+}
+
+// The F32-tile attention (--fa tiled) also gives llama.cpp's greedy tokens on every golden
+// case; an unknown numerics name is a usage error.
+TEST_F(RunCli, TiledAttentionGivesTheGoldenTokens) {
+  const auto g = golden();
+  ASSERT_GE(g["cases"].size(), 4u);
+  for (const auto& c : g["cases"]) {
+    const auto want = c["completion_tokens"].get<std::vector<int>>();
+    const Proc p = run({"-m", kModel, "-p", c["prompt"].get<std::string>(), "-n", std::to_string(want.size()), "--temp",
+                        "0", "--fa", "tiled", "--json"});
+    ASSERT_EQ(p.code, 0) << p.err;
+    EXPECT_EQ(nlohmann::json::parse(p.out)["tokens"].get<std::vector<int>>(), want) << c["prompt"];
+  }
+  const Proc bad = run({"-m", kModel, "-p", "x", "--fa", "fast"});
+  EXPECT_FALSE(bad.signaled);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--fa"), std::string::npos) << bad.err;
 }
 
 TEST_F(RunCli, StreamedTextEqualsJsonText) {

@@ -263,7 +263,8 @@ struct TiledFixture {
   }
 };
 
-// The AVX-512 kernel against the one-lane-at-a-time definition, bit for bit: head sizes
+// The AVX-512 kernels and the AVX2 build against the one-lane-at-a-time definition, bit for
+// bit: head sizes
 // with and without a kernel of their own, 1..16 queries, lengths across tile edges,
 // windows starting inside tiles, flat to peaked scores.
 TEST(AttentionTiled, Avx512BitIdenticalToReference) {
@@ -299,6 +300,12 @@ TEST(AttentionTiled, Avx512BitIdenticalToReference) {
                 ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
                     << "dim " << dim << " block " << bs << " q_scale " << q_scale << " n_q " << n_q << " query " << i
                     << " head " << h << " begins " << (kb != nullptr);
+              // The AVX2 build of the reference (the path of CPUs without AVX-512).
+              ops::detail::attention_tiled_avx2(qp.data(), n_kv.data(), kb, n_q, *f.kv, 0, h, f.view, scale,
+                                                ap.data());
+              for (int i = 0; i < n_q; ++i)
+                ASSERT_EQ(0, std::memcmp(a[size_t(i)].data(), b[size_t(i)].data(), size_t(dim) * sizeof(float)))
+                    << "avx2: dim " << dim << " n_q " << n_q << " query " << i;
             }
         }
       }

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
+#include "attn_tiled_ref.h"
 #include "ops_internal.h"
 
 namespace ts::engine::ops {
@@ -135,74 +136,32 @@ void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_
 
 }  // namespace
 
-// kTiledF32, one lane at a time (the definition the AVX-512 version follows bit for bit).
-float detail::tiled_tree16(const float* x) {
-  float r8[8], r4[4];
-  for (int l = 0; l < 8; ++l) r8[l] = x[l] + x[l + 8];
-  for (int l = 0; l < 4; ++l) r4[l] = r8[l] + r8[l + 4];
-  return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+const char* attn_numerics_name(AttnNumerics n) {
+  switch (n) {
+    case AttnNumerics::kTiledF32: return "tiled";
+    case AttnNumerics::kFlashF16: return "on";
+    case AttnNumerics::kSoftmaxF16: return "off";
+  }
+  return "?";
 }
+
+bool parse_attn_numerics(std::string_view name, AttnNumerics* out) {
+  for (AttnNumerics n : {AttnNumerics::kTiledF32, AttnNumerics::kFlashF16, AttnNumerics::kSoftmaxF16})
+    if (name == attn_numerics_name(n)) {
+      *out = n;
+      return true;
+    }
+  return false;
+}
+
+// kTiledF32, one lane at a time (attn_tiled_ref.h; attn_tiled_avx2.cc compiles the same
+// code with AVX2 and FMA).
+float detail::tiled_tree16(const float* x) { return tiled_ref::tree16(x); }
 
 void detail::attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                                  const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                                  float* const* out) {
-  constexpr int L = kAttnTile;
-  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
-  const int dkp = (dk + L - 1) / L * L;  // zero-padded to whole chunks
-  std::vector<float> kt(size_t(L * dkp)), vt(size_t(L * dv)), acc(size_t(n_q * dv), 0.0f), sums(size_t(n_q * L), 0.0f);
-  std::vector<float> qp(size_t(n_q * dkp), 0.0f), mx(size_t(n_q), -std::numeric_limits<float>::infinity());
-  for (int i = 0; i < n_q; ++i) std::memcpy(&qp[size_t(i * dkp)], q[i], size_t(dk) * sizeof(float));
-  int64_t lo = n_kv[0], hi = 0;
-  for (int i = 0; i < n_q; ++i) {
-    lo = std::min(lo, kv_begin ? kv_begin[i] : 0);
-    hi = std::max(hi, n_kv[i]);
-  }
-  for (int64_t p0 = lo / L * L; p0 < hi; p0 += L) {
-    const int64_t a = std::max(p0, lo), b = std::min(p0 + L, hi);
-    std::fill(kt.begin(), kt.end(), 0.0f);
-    for (int64_t p = a; p < b; ++p) {
-      const int64_t cell = seq.cell(p);
-      const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * dk;
-      const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * dv;
-      for (int d = 0; d < dk; ++d) kt[size_t((p - p0) * dkp + d)] = fp16_to_f32(k[d]);
-      for (int d = 0; d < dv; ++d) vt[size_t((p - p0) * dv + d)] = fp16_to_f32(v[d]);
-    }
-    for (int i = 0; i < n_q; ++i) {
-      const int64_t qa = std::max(p0, kv_begin ? kv_begin[i] : 0), qb = std::min(p0 + L, n_kv[i]);
-      if (qa >= qb) continue;
-      float s[L];
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < L; ++j) {
-        float part[L] = {};
-        const bool in = p0 + j >= qa && p0 + j < qb;
-        if (in)
-          for (int c = 0; c < dkp; c += L)
-            for (int l = 0; l < L; ++l)
-              part[l] = std::fma(qp[size_t(i * dkp + c + l)], kt[size_t(j * dkp + c + l)], part[l]);
-        s[j] = in ? tiled_tree16(part) * scale : -std::numeric_limits<float>::infinity();
-        if (in) m = std::max(m, s[j]);
-      }
-      float* ai = &acc[size_t(i * dv)];
-      float* si = &sums[size_t(i * L)];
-      if (m > mx[size_t(i)]) {
-        const float ms = std::exp(mx[size_t(i)] - m);
-        for (int d = 0; d < dv; ++d) ai[d] *= ms;
-        for (int l = 0; l < L; ++l) si[l] *= ms;
-        mx[size_t(i)] = m;
-      }
-      for (int j = 0; j < L; ++j) {
-        if (p0 + j < qa || p0 + j >= qb) continue;
-        const float e = std::exp(s[j] - mx[size_t(i)]);
-        si[j] += e;
-        for (int d = 0; d < dv; ++d) ai[d] = std::fma(e, vt[size_t(j * dv + d)], ai[d]);
-      }
-    }
-  }
-  for (int i = 0; i < n_q; ++i) {
-    const float total = tiled_tree16(&sums[size_t(i * L)]);
-    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
-    for (int d = 0; d < dv; ++d) out[i][d] = acc[size_t(i * dv + d)] * inv;
-  }
+  tiled_ref::attention(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
 }
 
 double detail::exp_shifted_scalar(const float* x, int64_t n, float shift, float scale, float cut, float* y,
@@ -290,7 +249,10 @@ void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const 
     if (use_avx512() && detail::attention_tiled_avx512(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out,
                                                        scratch))
       return;
-    detail::attention_tiled_ref(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
+    if (use_avx2())
+      detail::attention_tiled_avx2(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
+    else
+      detail::attention_tiled_ref(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
     return;
   }
   if (use_avx512() && detail::attention_group_avx512(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)) return;

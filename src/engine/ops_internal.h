@@ -62,6 +62,10 @@ float tiled_tree16(const float* x);
 void attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                          const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                          float* const* out);
+// The same compiled with AVX2 and FMA (attn_tiled_avx2.cc).
+void attention_tiled_avx2(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
+                          const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
+                          float* const* out);
 // The same with AVX-512 (attn_avx512.cc), bit-identical; `scratch` as attention_group's.
 // False (nothing done) for other head sizes than 32, 64, 80, 96, 128 and 256, or K and V
 // heads of different sizes.

@@ -57,7 +57,7 @@ engine::KvShape kv_shape(const engine::ModelConfig& cfg) {
 }
 
 engine::ops::AttnNumerics attn_numerics(const engine::ModelOptions& opts) {
-  return opts.flash_attn_numerics ? engine::ops::AttnNumerics::kFlashF16 : engine::ops::AttnNumerics::kSoftmaxF16;
+  return opts.attn_numerics;
 }
 
 void Workspace::size_for(const engine::ModelConfig& cfg, int64_t T, int n_threads) {

@@ -30,10 +30,13 @@ using testing::load;
 using testing::some_tokens;
 
 // Engine logits of all positions (one batched eval) vs the double reference.
-void check_against_reference(const TinySpec& spec, const std::string& name, double tol, bool flash = true) {
+using engine::ops::AttnNumerics;
+
+void check_against_reference(const TinySpec& spec, const std::string& name, double tol,
+                             AttnNumerics numerics = AttnNumerics::kFlashF16) {
   const std::string path = tmp_path(name);
   const testing::Weights w = testing::write_tiny(spec, path);
-  auto model = load(path, 2, flash);
+  auto model = load(path, 2, numerics);
   ASSERT_TRUE(model);
   EXPECT_EQ(model->config().arch, spec.arch);
   EXPECT_EQ(model->config().n_vocab, spec.n_vocab);
@@ -71,9 +74,17 @@ TEST_F(Forward, Qwen3MatchesReference) {
                           "qwen3", 2e-2);
 }
 TEST_F(Forward, SoftmaxF16NumericsMatchReference) {
-  check_against_reference({}, "llama_nofa", 2e-2, /*flash=*/false);
+  check_against_reference({}, "llama_nofa", 2e-2, AttnNumerics::kSoftmaxF16);
   check_against_reference({.arch = "qwen3", .head_dim = 16, .rope_base = 1e6f, .eps = 1e-6f, .tied = true, .qk_norm = true},
-                          "qwen3_nofa", 2e-2, /*flash=*/false);
+                          "qwen3_nofa", 2e-2, AttnNumerics::kSoftmaxF16);
+}
+// F32 attention tiles: closer to the exact reference than the F16 accumulator; head sizes
+// with AVX-512 kernels (32, 64) and without (16: the portable path).
+TEST_F(Forward, TiledF32NumericsMatchReference) {
+  check_against_reference({.n_embd = 128, .n_head = 4}, "llama_tiled", 2e-2, AttnNumerics::kTiledF32);
+  check_against_reference({.n_embd = 128, .n_head = 2, .n_head_kv = 1}, "llama_tiled64", 2e-2, AttnNumerics::kTiledF32);
+  check_against_reference({.arch = "qwen3", .head_dim = 16, .rope_base = 1e6f, .eps = 1e-6f, .tied = true, .qk_norm = true},
+                          "qwen3_tiled", 2e-2, AttnNumerics::kTiledF32);
 }
 TEST_F(Forward, Q8_0WeightsMatchReference) {
   // Activations are quantized to Q8_0 too: looser.
@@ -82,8 +93,9 @@ TEST_F(Forward, Q8_0WeightsMatchReference) {
 
 // Evaluating a prompt in one pass, in chunks, or one token at a time must give the same
 // logits (the kernels use one summation order for any batch size).
-void check_batched_equals_sequential(const std::string& path, int n_tokens, int n_vocab, bool flash = true) {
-  auto model = load(path, 2, flash);
+void check_batched_equals_sequential(const std::string& path, int n_tokens, int n_vocab,
+                                     AttnNumerics numerics = AttnNumerics::kFlashF16) {
+  auto model = load(path, 2, numerics);
   ASSERT_TRUE(model);
   const auto tokens = some_tokens(n_tokens, n_vocab, 99);
   auto all = engine::Context::create(*model, 128);
@@ -109,7 +121,14 @@ TEST_F(Forward, Stories260KBatchedEqualsSequential) {
   check_batched_equals_sequential(std::string(TS_SHARED_DIR) + "/models/stories260K.gguf", 40, 512);
 }
 TEST_F(Forward, SoftmaxF16BatchedEqualsSequential) {
-  check_batched_equals_sequential(std::string(TS_SHARED_DIR) + "/models/stories260K.gguf", 20, 512, /*flash=*/false);
+  check_batched_equals_sequential(std::string(TS_SHARED_DIR) + "/models/stories260K.gguf", 20, 512, AttnNumerics::kSoftmaxF16);
+}
+TEST_F(Forward, TiledF32BatchedEqualsSequential) {
+  check_batched_equals_sequential(std::string(TS_SHARED_DIR) + "/models/stories260K.gguf", 40, 512,
+                                  AttnNumerics::kTiledF32);
+  const TinySpec spec{.n_embd = 128, .n_head = 4, .n_head_kv = 2};  // head size 32: the AVX-512 kernels
+  testing::write_tiny(spec, tmp_path("beq_tiled"));
+  check_batched_equals_sequential(tmp_path("beq_tiled"), 45, spec.n_vocab, AttnNumerics::kTiledF32);
 }
 TEST_F(Forward, Q8_0BatchedEqualsSequential) {
   const TinySpec spec{.arch = "qwen2", .qkv_bias = true, .wtype = DType::Q8_0};

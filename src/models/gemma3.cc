@@ -158,8 +158,9 @@ std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threa
   ws->cs_global.resize(size_t(T * cfg_.n_rot));
   ws->cs_local.resize(size_t(T * cfg_.n_rot));
   ws->units.reserve(size_t(T * cfg_.n_head_kv + int64_t(nth) * cfg_.n_head));
-  // A window unit's cells: the union of the windows of up to kMaxGroupQueries rows.
-  ws->window_stride = n_swa_ + engine::ops::kMaxGroupQueries;
+  // A window unit's cells: the union of the windows of up to kMaxGroupQueries rows, from
+  // the tile boundary before it.
+  ws->window_stride = n_swa_ + engine::ops::kMaxGroupQueries + engine::ops::kAttnTile;
   ws->window_cells.resize(size_t(ws->window_stride) * nth);
   return ws;
 }
@@ -289,14 +290,17 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
         for (int64_t u = ith; u < n_units; u += nth) {
           const Gemma3Workspace::Unit& un = ws.units[size_t(u)];
           const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
+          // A window unit's table of cells starts at a multiple of kAttnTile, so that the
+          // tiles of kTiledF32 sit at the same absolute positions however rows are grouped.
+          const int64_t table_begin = un.window_begin - un.window_begin % engine::ops::kAttnTile;
           int n_q = 0;
           for (int64_t i = un.row_begin; i < un.row_end; ++i) {
             const int64_t pos = batch.positions[size_t(ws.rows[size_t(i)])];
             for (int64_t h = un.kv_head * group + un.head_begin; h < un.kv_head * group + un.head_end; ++h) {
               qs[n_q] = ws.q.data() + i * nq + h * hd;
               outs[n_q] = ws.attn.data() + i * nq + h * hd;
-              n_kv[n_q] = pos + 1 - un.window_begin;
-              kv_begin[n_q] = un.window_begin > 0 ? pos - n_swa_ + 1 - un.window_begin : 0;
+              n_kv[n_q] = pos + 1 - table_begin;
+              kv_begin[n_q] = un.window_begin > 0 ? pos - n_swa_ + 1 - table_begin : 0;
               ++n_q;
             }
           }
@@ -305,7 +309,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
                                           attn_numerics_);
           } else {
             const int64_t n_win = n_kv[n_q - 1];  // the last row's: the union of the windows
-            for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(un.window_begin + p));
+            for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(table_begin + p));
             const engine::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
             engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
                                           attn_numerics_, kv_begin);

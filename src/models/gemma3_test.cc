@@ -248,11 +248,14 @@ double max_diff(const std::vector<std::vector<float>>& a, const std::vector<std:
   return worst;
 }
 
-void check_against_reference(const Spec& spec, const std::string& name, bool flash = true) {
+using engine::ops::AttnNumerics;
+
+void check_against_reference(const Spec& spec, const std::string& name,
+                             AttnNumerics numerics = AttnNumerics::kFlashF16) {
   const int n_tokens = 14;
   const std::string path = tmp_path(name);
   const Weights w = write_gemma3(spec, path);
-  auto model = load(path, 2, flash);
+  auto model = load(path, 2, numerics);
   ASSERT_TRUE(model);
   EXPECT_EQ(model->config().arch, "gemma3");
   EXPECT_EQ(model->config().n_vocab, spec.n_vocab);
@@ -267,7 +270,12 @@ void check_against_reference(const Spec& spec, const std::string& name, bool fla
 
 TEST_F(Gemma3Test, MatchesReference) { check_against_reference({}, "ref"); }
 
-TEST_F(Gemma3Test, NonFlashAttentionNumericsMatchReference) { check_against_reference({}, "ref_softmax", false); }
+TEST_F(Gemma3Test, NonFlashAttentionNumericsMatchReference) {
+  check_against_reference({}, "ref_softmax", AttnNumerics::kSoftmaxF16);
+}
+TEST_F(Gemma3Test, TiledF32NumericsMatchReference) {
+  check_against_reference({.head_dim = 32}, "ref_tiled", AttnNumerics::kTiledF32);
+}
 
 TEST_F(Gemma3Test, DefaultPatternAndLocalRopeBase) {
   // 7 layers with llama.cpp's default pattern 6 (layer 5 global) and rope.freq_base_swa
@@ -312,13 +320,17 @@ TEST_F(Gemma3Test, LayerKindsAndScale) {
   EXPECT_FLOAT_EQ(g.attn_scale(), 0.25f);  // 1 / sqrt(head_dim 16)
 }
 
+// Also in F32 tiles, whose boundaries sit at absolute positions: windows of 21 positions,
+// cut at other places by every chunk, over 45 tokens (three tiles).
 TEST_F(Gemma3Test, BatchedEqualsTokenByToken) {
-  const Spec spec{.n_layer = 3, .sliding_window = 5};
+  for (auto [spec, numerics, n_tokens] :
+       {std::tuple{Spec{.n_layer = 3, .sliding_window = 5}, AttnNumerics::kFlashF16, 20},
+        std::tuple{Spec{.n_layer = 3, .head_dim = 32, .sliding_window = 21}, AttnNumerics::kTiledF32, 45}}) {
   write_gemma3(spec, tmp_path("beq"));
   for (int th : {1, 3}) {
-    auto model = load(tmp_path("beq"), th);
+    auto model = load(tmp_path("beq"), th, numerics);
     ASSERT_TRUE(model);
-    const auto tokens = some_tokens(20, spec.n_vocab, 9);
+    const auto tokens = some_tokens(n_tokens, spec.n_vocab, 9);
     const auto all = engine_logits(*model, tokens);
     auto one = engine::Context::create(*model, 64);
     ASSERT_TRUE(one.is_ok());
@@ -333,6 +345,7 @@ TEST_F(Gemma3Test, BatchedEqualsTokenByToken) {
         ASSERT_EQ(all[t][v], c[v]) << th << " threads, pos " << t << " vocab " << v;
       }
     }
+  }
   }
 }
 

@@ -238,10 +238,11 @@ inline std::vector<std::vector<double>> reference_logits(const TinySpec& s, cons
 }
 
 // A model loaded for a test (a test failure and null when loading fails).
-inline std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2, bool flash = true) {
+inline std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2,
+                                           engine::ops::AttnNumerics numerics = engine::ops::AttnNumerics::kFlashF16) {
   engine::ModelOptions o;
   o.n_threads = n_threads;
-  o.flash_attn_numerics = flash;
+  o.attn_numerics = numerics;
   auto m = engine::Model::load(path, o);
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m).value() : nullptr;

@@ -178,7 +178,17 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan"});
     if (m["path"]) c.model.path = get_str(m["path"], "model.path");
     if (m["threads"]) c.model.threads = int32_t(get_int(m["threads"], "model.threads", 0, 1024));
-    if (m["flash_attn"]) c.model.flash_attn = get_bool(m["flash_attn"], "model.flash_attn");
+    if (m["flash_attn"]) {
+      const std::string fa = scalar(m["flash_attn"], "model.flash_attn");
+      if (fa == "tiled")
+        c.model.flash_attn = fa;
+      else if (fa == "true" || fa == "on" || fa == "yes")
+        c.model.flash_attn = "on";
+      else if (fa == "false" || fa == "off" || fa == "no")
+        c.model.flash_attn = "off";
+      else
+        fail("model.flash_attn", "expected true, false or tiled, got '" + fa + "'");
+    }
     if (m["map_plan"]) c.model.map_plan = get_bool(m["map_plan"], "model.map_plan");
   }
   if (const YAML::Node e = root["engine"]) {

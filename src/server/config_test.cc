@@ -79,7 +79,7 @@ keys:
   EXPECT_EQ(c->listen.port, 0);
   EXPECT_EQ(c->admin.port, 9090);
   EXPECT_EQ(c->model.path, "/m.gguf");
-  EXPECT_FALSE(c->model.flash_attn);
+  EXPECT_EQ(c->model.flash_attn, "off");
   EXPECT_TRUE(c->model.map_plan);
   EXPECT_EQ(c->engine.kv_bytes, 1048576u);
   EXPECT_FALSE(c->engine.prefix_cache);
@@ -101,6 +101,14 @@ keys:
   ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << to_yaml(*c);
   EXPECT_EQ(to_yaml(*again), to_yaml(*c));
   EXPECT_NE(to_yaml(*c).find("max_connections: 7"), std::string::npos) << to_yaml(*c);
+  // The attention numerics: tiled, or true/false for llama.cpp's flash rounding on/off.
+  for (auto [yaml, want] : {std::pair{"model: {flash_attn: tiled}", "tiled"}, std::pair{"model: {flash_attn: true}", "on"},
+                            std::pair{"{}", "on"}}) {
+    auto m = parse_config(yaml);
+    ASSERT_TRUE(m.is_ok()) << yaml;
+    EXPECT_EQ(m->model.flash_attn, want) << yaml;
+    EXPECT_EQ(parse_config(to_yaml(*m))->model.flash_attn, want) << yaml;
+  }
   // 0: unlimited.
   auto unlimited = parse_config("http: {max_connections: 0}");
   ASSERT_TRUE(unlimited.is_ok());
@@ -137,6 +145,7 @@ TEST(ServerConfig, BadFilesNameTheProblem) {
       {"keys:\n  - {name: a}", "needs sha256"},
       {"keys:\n  - {name: a, sha256: x, extra: 1}", "keys[0].extra"},
       {"model: {threads: -1}", "model.threads"},
+      {"model: {flash_attn: fast}", "expected true, false or tiled"},
       {"engine: {prefix_cache: maybe}", "expected true or false"},
       {"limits: {max_body_bytes: 1.5}", "expected an integer"},
       {"http: {max_connections: -1}", "http.max_connections"},

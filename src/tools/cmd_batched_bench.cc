@@ -156,8 +156,9 @@ int cmd_batched_bench(int argc, char** argv) {
   app.add_option("--ub,--ubatch-size", o.n_ubatch, "tokens per forward pass")->capture_default_str();
   app.add_option("-c,--ctx-size", o.n_ctx, "KV cells (0: enough for the largest case)")->capture_default_str();
   app.add_flag("--pps", o.pps, "one prompt shared by all sequences (forked, copy-on-write)");
-  app.add_option("--fa,--flash-attn", o.flash_attn, "attention rounding as llama.cpp with flash attention on/off")
-      ->check(CLI::IsMember({"on", "off"}))
+  app.add_option("--fa,--flash-attn", o.flash_attn,
+                 "attention numerics: tiled (F32 tiles), or llama.cpp's rounding with flash attention on/off")
+      ->check(CLI::IsMember({"tiled", "on", "off"}))
       ->capture_default_str();
   app.add_option("-s,--seed", o.seed, "seed of the random prompts")->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object (llama.cpp's jsonl fields per row) instead of the table");
@@ -187,7 +188,7 @@ int cmd_batched_bench(int argc, char** argv) {
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = o.n_threads;
-  mo.flash_attn_numerics = o.flash_attn == "on";
+  engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics);
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;
@@ -220,7 +221,7 @@ int cmd_batched_bench(int argc, char** argv) {
     std::printf("main: model = %s, n_kv_max = %lld, n_batch = %lld, n_ubatch = %lld, flash_attn = %d, is_pp_shared = %d, "
                 "n_threads = %d, block_size = %d\n\n",
                 o.model.c_str(), static_cast<long long>(e.kv_stats().total) * e.kv_stats().block_size,
-                static_cast<long long>(o.n_batch), static_cast<long long>(o.n_ubatch), o.flash_attn == "on",
+                static_cast<long long>(o.n_batch), static_cast<long long>(o.n_ubatch), o.flash_attn != "off",
                 int(o.pps), model.n_threads(), e.kv_stats().block_size);
     std::printf("|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |\n", "PP", "TG", "B", "N_KV", "T_PP s",
                 "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
@@ -266,7 +267,7 @@ int cmd_batched_bench(int argc, char** argv) {
     j["n_kv_max"] = int64_t(e.kv_stats().total) * e.kv_stats().block_size;
     j["n_batch"] = o.n_batch;
     j["n_ubatch"] = o.n_ubatch;
-    j["flash_attn"] = o.flash_attn == "on";
+    j["flash_attn"] = o.flash_attn;
     j["is_pp_shared"] = o.pps;
     j["n_threads"] = model.n_threads();
     j["block_size"] = e.kv_stats().block_size;

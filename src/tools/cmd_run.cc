@@ -148,8 +148,9 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--stop", o.stops, "stop string (repeatable)");
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
   app.add_option("--fa,--flash-attn", o.flash_attn,
-                 "attention rounding as llama.cpp with flash attention on (its default) or off")
-      ->check(CLI::IsMember({"on", "off"}))
+                 "attention numerics: tiled (F32 tiles), or the rounding of llama.cpp with flash attention on or "
+                 "off")
+      ->check(CLI::IsMember({"tiled", "on", "off"}))
       ->capture_default_str();
   app.add_flag("--chat", o.chat, "render the prompt as a user message with the model's chat template");
   app.add_option("--system", o.system, "system message (with --chat)");
@@ -198,7 +199,7 @@ int cmd_run(int argc, char** argv) {
   mo.use_plan = !o.no_plan;
   mo.copy_plan = !o.map_plan;
   mo.n_threads = o.n_threads;
-  mo.flash_attn_numerics = o.flash_attn == "on";
+  engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics);
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;

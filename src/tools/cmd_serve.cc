@@ -198,7 +198,7 @@ int cmd_serve(int argc, char** argv) {
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = cfg.model.threads;
-  mo.flash_attn_numerics = cfg.model.flash_attn;
+  engine::ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics);
   mo.copy_plan = !cfg.model.map_plan;
   const int64_t t_load = now_ns();
   auto model = engine::Model::load(model_path, mo);

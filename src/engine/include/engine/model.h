@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "engine/ops.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {
@@ -35,9 +36,9 @@ struct ModelOptions {
   // copy (docs/plan_format.md). false: read them in place from the mapping (no copy in RAM,
   // pages shared by every process mapping the plan).
   bool copy_plan = true;
-  // Attention rounding to reproduce: llama.cpp's flash-attention path (its default) or its
-  // path without flash attention (`-fa off`). See ops::AttnNumerics.
-  bool flash_attn_numerics = true;
+  // The attention's numerics (ops::AttnNumerics): F32 tiles, or the rounding of one of
+  // llama.cpp's two paths.
+  ops::AttnNumerics attn_numerics = ops::AttnNumerics::kFlashF16;
 };
 
 class Architecture;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include "engine/kv_cache.h"
 
@@ -58,6 +59,10 @@ enum class AttnNumerics {
   kTiledF32,
 };
 inline constexpr int kAttnTile = 16;
+// Names as the command line and the server config spell them: "tiled" (kTiledF32), "on"
+// (kFlashF16: llama.cpp's `-fa on`) and "off" (kSoftmaxF16: its `-fa off`).
+const char* attn_numerics_name(AttnNumerics n);
+bool parse_attn_numerics(std::string_view name, AttnNumerics* out);
 
 // Halves a thread needs for attention_head: head_dim_k + head_dim_v.
 inline int64_t attention_scratch_halves(const KvShape& s) { return int64_t(s.head_dim_k) + s.head_dim_v; }

@@ -87,7 +87,10 @@ struct SpeculativeConfig {
 struct ModelConfig {
   std::string path;                 // "": $TIERSERVE_MODEL, else the installed default model
   int32_t threads = 0;              // 0: one per core
-  bool flash_attn = true;
+  // Attention numerics (ops::AttnNumerics): "tiled" (F32 tiles), "on" (llama.cpp's
+  // flash-attention rounding) or "off" (its rounding without flash attention); the YAML
+  // takes tiled, or true/false for on/off.
+  std::string flash_attn = "on";
   bool map_plan = false;            // read a plan's panels in place instead of copying them
 };
 
