@@ -28,6 +28,7 @@
 #include <limits>
 
 #include "engine/ops.h"
+#include "attn_tiled_ref.h"
 #include "expf_avx512.h"
 #include "ops_internal.h"
 
@@ -448,6 +449,20 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
 // attention_tiled_ref's operations.
 // tiled: queries of one kv head (prompts, GQA groups), whose K and V rows of a tile are
 // converted to F32 once for all of them; tiled_stream (below): queries of any heads.
+// tiled_ref::exp_neg of 16 lanes, the same operations.
+TS_ATTN_INLINE __m512 exp16(__m512 x) {
+  using namespace tiled_ref;
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpMin), _CMP_GE_OQ);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpC[0]);
+#pragma GCC unroll 8
+  for (int k = 1; k < 6; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpC[k]));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(live, y, n);
+}
+
 struct TiledQuery {
   const float* q;
   float* out;
@@ -511,14 +526,14 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) av[c] = _mm512_load_ps(ai + 16 * c);
       if (m > mx[i]) {
-        const __m512 ms = _mm512_set1_ps(std::exp(mx[i] - m));
+        const __m512 ms = _mm512_set1_ps(tiled_ref::exp_neg(mx[i] - m));
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) av[c] = _mm512_mul_ps(av[c], ms);
         sums[i] = _mm512_mul_ps(sums[i], ms);
         mx[i] = m;
       }
       const __m512 e =
-          _mm512_maskz_mov_ps(__mmask16(in), expf16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i])), __mmask16(in)));
+          _mm512_maskz_mov_ps(__mmask16(in), exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i]))));
       sums[i] = _mm512_add_ps(sums[i], e);
       alignas(64) float ev[L];
       _mm512_store_ps(ev, e);
@@ -535,7 +550,7 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
   for (int i = 0; i < n_q; ++i) {
     alignas(64) float t[L];
     _mm512_store_ps(t, sums[i]);
-    const float total = tiled_tree16(t);
+    const float total = tiled_ref::tree16(t);
     const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c)
@@ -633,7 +648,7 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
       const __m512 s = _mm512_mask_blend_ps(__mmask16(in[i]), neg_inf, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
       const float m = _mm512_reduce_max_ps(s);
       if (m > mx[i]) {
-        const __m512 ms = _mm512_set1_ps(std::exp(mx[i] - m));
+        const __m512 ms = _mm512_set1_ps(tiled_ref::exp_neg(mx[i] - m));
         float* ai = acc + i * D;
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) _mm512_store_ps(ai + 16 * c, _mm512_mul_ps(_mm512_load_ps(ai + 16 * c), ms));
@@ -641,7 +656,7 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
         mx[i] = m;
       }
       const __m512 e =
-          _mm512_maskz_mov_ps(__mmask16(in[i]), expf16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i])), __mmask16(in[i])));
+          _mm512_maskz_mov_ps(__mmask16(in[i]), exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i]))));
       sums[i] = _mm512_add_ps(sums[i], e);
       _mm512_store_ps(ev + i * L, e);
     }
@@ -649,7 +664,7 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
   for (int i = 0; i < n_q; ++i) {
     alignas(64) float t[L];
     _mm512_store_ps(t, sums[i]);
-    const float total = tiled_tree16(t);
+    const float total = tiled_ref::tree16(t);
     const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c)

@@ -1,7 +1,7 @@
 // kTiledF32 (ops.h) one lane at a time: the definition that the AVX-512 kernels follow bit
 // for bit. Included by ops.cc (the portable path) and attn_tiled_avx2.cc (the same code
 // with AVX2 and FMA, vectorized by the compiler); each gets a copy of its own (anonymous
-// namespace), compiled with its file's flags. Multiplies and adds are never contracted into
+// namespace), compiled with its file's flags; attn_avx512.cc uses exp_neg and tree16. Multiplies and adds are never contracted into
 // FMAs (both files compile with fp-contract=off or without FMA); the FMAs are std::fma.
 #pragma once
 
@@ -18,6 +18,28 @@
 namespace ts::engine::ops {
 namespace tiled_ref {
 namespace {
+
+// e^x for x <= 0 (all the softmax needs: scores minus their running max), in float: n =
+// round(x log2 e), r = x - n ln2 in two FMAs, a degree-7 polynomial by FMAs (Cephes'
+// expf coefficients), times 2^n. Within 2 ulp of e^x; 0 below -87.3, where e^x is under
+// the normal range (and for -inf). Every step is exact given its inputs or rounds once, so
+// the AVX-512 version (exp16 in attn_avx512.cc) gives the same bits.
+inline constexpr float kExpMin = -87.3f;
+inline constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kExpC[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                   4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+inline float exp_neg(float x) {
+  if (!(x >= kExpMin)) return 0.0f;
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kExpC[0];
+  for (int k = 1; k < 6; ++k) p = std::fma(p, r, kExpC[k]);
+  const float r2 = r * r;
+  const float y = std::fma(p, r2, r) + 1.0f;
+  return std::ldexp(y, int(n));
+}
 
 inline float tree16(const float* x) {
   float r8[8], r4[4];
@@ -68,14 +90,14 @@ inline void attention(const float* const* q, const int64_t* n_kv, const int64_t*
       float* ai = &acc[size_t(i * dv)];
       float* si = &sums[size_t(i * L)];
       if (m > mx[size_t(i)]) {
-        const float ms = std::exp(mx[size_t(i)] - m);
+        const float ms = exp_neg(mx[size_t(i)] - m);
         for (int d = 0; d < dv; ++d) ai[d] *= ms;
         for (int l = 0; l < L; ++l) si[l] *= ms;
         mx[size_t(i)] = m;
       }
       for (int j = 0; j < L; ++j) {
         if (p0 + j < qa || p0 + j >= qb) continue;
-        const float e = std::exp(s[j] - mx[size_t(i)]);
+        const float e = exp_neg(s[j] - mx[size_t(i)]);
         si[j] += e;
         for (int d = 0; d < dv; ++d) ai[d] = std::fma(e, vt[size_t(j * dv + d)], ai[d]);
       }
