@@ -150,7 +150,7 @@ def run_tierserve(tierserve, model, threads, prompt, args):
     # llama-bench's tg runs n_gen of them; gen_tok_s is passes per second.
     cmd = [tierserve, "run", "-m", model, "-p", prompt, "-n", str(args.n_gen + 1), "-t", str(threads),
            "--temp", "0", "--ignore-eos", "--json", "-c", str(args.n_prompt + args.n_gen + 64),
-           "-b", str(args.n_prompt)]
+           "-b", str(args.n_prompt), "--fa", args.ts_fa]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"tierserve run failed ({p.returncode}): {p.stderr.strip()[-400:]}")
@@ -175,6 +175,8 @@ def main():
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--depth", type=int, default=512)
     ap.add_argument("--fa", default="auto", help="llama-bench -fa value (off, on, auto)")
+    ap.add_argument("--ts-fa", default="on",
+                    help="tierserve run --fa value: on (llama.cpp's flash-attention rounding, the default), off, tiled")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--skip-tierserve", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results",
@@ -270,7 +272,7 @@ def main():
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; decode GB/s counts the weight bytes a step reads "
+    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; tierserve --fa {args.ts_fa}; decode GB/s counts the weight bytes a step reads "
             f"(an untied embedding: one row; KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
             f"(kernels_bench roofline/read) at the start: {bw_start}; at the end: {read_bandwidth()}.\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:
