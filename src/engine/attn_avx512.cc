@@ -470,6 +470,41 @@ struct TiledQuery {
   int32_t kv_head;
 };
 
+// The softmax step of one query and tile: scores dots * scale on the lanes `in` (the others
+// -inf), the tile's max; when it raises the running max mx, the accumulator (D floats at
+// acc) and the lane sums are scaled by exp(mx - max); returns the weights exp(s - mx) (0 off
+// `in`), already added to the lane sums.
+template <int C>
+TS_ATTN_INLINE __m512 tile_weights(__m512 dots, float scale, unsigned in, float& mx, __m512& sums, float* acc) {
+  const __m512 s = _mm512_mask_blend_ps(__mmask16(in), _mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                                        _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
+  const float m = _mm512_reduce_max_ps(s);
+  if (m > mx) {
+    const __m512 ms = _mm512_set1_ps(tiled_ref::exp_neg(mx - m));
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + 16 * c), ms));
+    sums = _mm512_mul_ps(sums, ms);
+    mx = m;
+  }
+  const __m512 e = _mm512_maskz_mov_ps(__mmask16(in), exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx))));
+  sums = _mm512_add_ps(sums, e);
+  return e;
+}
+
+// Every query's output: its accumulator divided by the tree sum of its lane sums.
+template <int C>
+void tiled_finish(const TiledQuery* tq, int n_q, const __m512* sums, const float* acc) {
+  for (int i = 0; i < n_q; ++i) {
+    alignas(64) float t[kAttnTile];
+    _mm512_store_ps(t, sums[i]);
+    const float total = tiled_ref::tree16(t);
+    const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c)
+      _mm512_storeu_ps(tq[i].out + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * 16 * C + 16 * c), inv));
+  }
+}
+
 template <int C>
 void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
            float* buf) {
@@ -488,7 +523,6 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
     lo = std::min(lo, tq[i].begin);
     hi = std::max(hi, tq[i].end);
   }
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t cells[L];
   for (int64_t p0 = lo / L * L; p0 < hi; p0 += L) {
     const int64_t a = std::max(p0, lo), b = std::min(p0 + L, hi);
@@ -519,24 +553,12 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
             return part;
           },
           L);
-      const __m512 s = _mm512_mask_blend_ps(__mmask16(in), neg_inf, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
-      const float m = _mm512_reduce_max_ps(s);
       float* ai = acc + i * D;
+      alignas(64) float ev[L];
+      _mm512_store_ps(ev, tile_weights<C>(dots, scale, in, mx[i], sums[i], ai));
       __m512 av[C];
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) av[c] = _mm512_load_ps(ai + 16 * c);
-      if (m > mx[i]) {
-        const __m512 ms = _mm512_set1_ps(tiled_ref::exp_neg(mx[i] - m));
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) av[c] = _mm512_mul_ps(av[c], ms);
-        sums[i] = _mm512_mul_ps(sums[i], ms);
-        mx[i] = m;
-      }
-      const __m512 e =
-          _mm512_maskz_mov_ps(__mmask16(in), exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i]))));
-      sums[i] = _mm512_add_ps(sums[i], e);
-      alignas(64) float ev[L];
-      _mm512_store_ps(ev, e);
       for (unsigned rest = in; rest != 0; rest &= rest - 1) {
         const int j = __builtin_ctz(rest);
         const __m512 ej = _mm512_set1_ps(ev[j]);
@@ -547,15 +569,7 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
       for (int c = 0; c < C; ++c) _mm512_store_ps(ai + 16 * c, av[c]);
     }
   }
-  for (int i = 0; i < n_q; ++i) {
-    alignas(64) float t[L];
-    _mm512_store_ps(t, sums[i]);
-    const float total = tiled_ref::tree16(t);
-    const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c)
-      _mm512_storeu_ps(tq[i].out + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
-  }
+  tiled_finish<C>(tq, n_q, sums, acc);
 }
 
 // The same operations per query for queries of any kv heads (decode), the cache read in
@@ -587,7 +601,6 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
     hi = std::max(hi, tq[i].end);
     in_prev[i] = 0;
   }
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   auto add_values = [&](int64_t p, int j) {  // key j (position p) of the previous tile
     if (!(in_union_prev >> j & 1)) return;
     const uint16_t* vrow = kv.v(layer, seq.cell(p));
@@ -645,31 +658,10 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
       in_union_prev |= in[i];
       if (!in[i]) continue;
       const __m512 dots = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), __mmask16(in[i]), gather_idx, st + i, 4);
-      const __m512 s = _mm512_mask_blend_ps(__mmask16(in[i]), neg_inf, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
-      const float m = _mm512_reduce_max_ps(s);
-      if (m > mx[i]) {
-        const __m512 ms = _mm512_set1_ps(tiled_ref::exp_neg(mx[i] - m));
-        float* ai = acc + i * D;
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) _mm512_store_ps(ai + 16 * c, _mm512_mul_ps(_mm512_load_ps(ai + 16 * c), ms));
-        sums[i] = _mm512_mul_ps(sums[i], ms);
-        mx[i] = m;
-      }
-      const __m512 e =
-          _mm512_maskz_mov_ps(__mmask16(in[i]), exp16(_mm512_sub_ps(s, _mm512_set1_ps(mx[i]))));
-      sums[i] = _mm512_add_ps(sums[i], e);
-      _mm512_store_ps(ev + i * L, e);
+      _mm512_store_ps(ev + i * L, tile_weights<C>(dots, scale, in[i], mx[i], sums[i], acc + i * D));
     }
   }
-  for (int i = 0; i < n_q; ++i) {
-    alignas(64) float t[L];
-    _mm512_store_ps(t, sums[i]);
-    const float total = tiled_ref::tree16(t);
-    const __m512 inv = _mm512_set1_ps(total == 0.0f ? 0.0f : 1.0f / total);
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c)
-      _mm512_storeu_ps(tq[i].out + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + i * D + 16 * c), inv));
-  }
+  tiled_finish<C>(tq, n_q, sums, acc);
 }
 
 // Queries sharing a kv head from this many on convert its rows once per tile.
