@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "engine/ops.h"
 #include "attn_tiled_ref.h"
@@ -491,6 +492,21 @@ TS_ATTN_INLINE __m512 tile_weights(__m512 dots, float scale, unsigned in, float&
   return e;
 }
 
+// Every query's state zeroed (running max -inf); returns the union [lo, hi) of the queries'
+// positions.
+template <int C>
+std::pair<int64_t, int64_t> tiled_start(const TiledQuery* tq, int n_q, __m512* sums, float* mx, float* acc) {
+  int64_t lo = tq[0].begin, hi = 0;
+  for (int i = 0; i < n_q; ++i) {
+    sums[i] = _mm512_setzero_ps();
+    mx[i] = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * 16 * C + 16 * c, _mm512_setzero_ps());
+    lo = std::min(lo, tq[i].begin);
+    hi = std::max(hi, tq[i].end);
+  }
+  return {lo, hi};
+}
+
 // Every query's output: its accumulator divided by the tree sum of its lane sums.
 template <int C>
 void tiled_finish(const TiledQuery* tq, int n_q, const __m512* sums, const float* acc) {
@@ -515,14 +531,7 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
   float* const acc = vt + L * D;  // [n_q][D]
   __m512 sums[kMaxSeqQueries];
   float mx[kMaxSeqQueries];
-  int64_t lo = tq[0].begin, hi = 0;
-  for (int i = 0; i < n_q; ++i) {
-    sums[i] = _mm512_setzero_ps();
-    mx[i] = -std::numeric_limits<float>::infinity();
-    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * D + 16 * c, _mm512_setzero_ps());
-    lo = std::min(lo, tq[i].begin);
-    hi = std::max(hi, tq[i].end);
-  }
+  const auto [lo, hi] = tiled_start<C>(tq, n_q, sums, mx, acc);
   int64_t cells[L];
   for (int64_t p0 = lo / L * L; p0 < hi; p0 += L) {
     const int64_t a = std::max(p0, lo), b = std::min(p0 + L, hi);
@@ -591,16 +600,8 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
                                                 _mm512_set1_epi32(kMaxSeqQueries));
   __m512 sums[kMaxSeqQueries];
   float mx[kMaxSeqQueries];
-  unsigned in[kMaxSeqQueries], in_prev[kMaxSeqQueries], in_union_prev = 0;
-  int64_t lo = tq[0].begin, hi = 0;
-  for (int i = 0; i < n_q; ++i) {
-    sums[i] = _mm512_setzero_ps();
-    mx[i] = -std::numeric_limits<float>::infinity();
-    for (int c = 0; c < C; ++c) _mm512_store_ps(acc + i * D + 16 * c, _mm512_setzero_ps());
-    lo = std::min(lo, tq[i].begin);
-    hi = std::max(hi, tq[i].end);
-    in_prev[i] = 0;
-  }
+  unsigned in[kMaxSeqQueries], in_prev[kMaxSeqQueries] = {}, in_union_prev = 0;
+  const auto [lo, hi] = tiled_start<C>(tq, n_q, sums, mx, acc);
   auto add_values = [&](int64_t p, int j) {  // key j (position p) of the previous tile
     if (!(in_union_prev >> j & 1)) return;
     const uint16_t* vrow = kv.v(layer, seq.cell(p));

@@ -263,6 +263,22 @@ struct TiledFixture {
   }
 };
 
+// n queries of dim floats (q_scale x normal), outputs of the same size, and the pointer
+// arrays the attention calls take.
+struct QuerySet {
+  std::vector<std::vector<float>> q, out;
+  std::vector<const float*> qp;
+  std::vector<float*> op;
+  QuerySet(Rng& rng, int n, int dim, float q_scale)
+      : q(size_t(n), std::vector<float>(static_cast<size_t>(dim))), out(q) {
+    for (int i = 0; i < n; ++i) {
+      for (auto& x : q[size_t(i)]) x = q_scale * rng.normal();
+      qp.push_back(q[size_t(i)].data());
+      op.push_back(out[size_t(i)].data());
+    }
+  }
+};
+
 // The AVX-512 kernels and the AVX2 build against the one-lane-at-a-time definition, bit for
 // bit: head sizes
 // with and without a kernel of their own, 1..16 queries, lengths across tile edges,
@@ -276,15 +292,12 @@ TEST(AttentionTiled, Avx512BitIdenticalToReference) {
         const int n_pos = 75;
         TiledFixture f(rng, dim, 2, n_pos, bs);
         for (int n_q : {1, 5, ops::kMaxGroupQueries}) {
-          std::vector<std::vector<float>> q(static_cast<size_t>(n_q), std::vector<float>(static_cast<size_t>(dim))), a = q, b = q;
-          std::vector<const float*> qp;
-          std::vector<float*> ap, bp;
+          QuerySet qa(rng, n_q, dim, q_scale), qb(rng, n_q, dim, 0.0f);
+          const auto& qp = qa.qp;
+          auto &ap = qa.op, &bp = qb.op;
+          auto &a = qa.out, &b = qb.out;
           std::vector<int64_t> n_kv, begin;
           for (int i = 0; i < n_q; ++i) {
-            for (auto& x : q[size_t(i)]) x = q_scale * rng.normal();
-            qp.push_back(q[size_t(i)].data());
-            ap.push_back(a[size_t(i)].data());
-            bp.push_back(b[size_t(i)].data());
             n_kv.push_back(n_q == 1 ? n_pos : 1 + (i * 29 + 5) % n_pos);
             begin.push_back((i * 13 + 2) % n_kv.back());
           }
@@ -319,14 +332,12 @@ TEST(AttentionTiled, QueryIndependentOfItsGroup) {
     const int n_pos = 70;
     TiledFixture f(rng, dim, 1, n_pos, 16);
     const int n_q = ops::kMaxGroupQueries;
-    std::vector<std::vector<float>> q(size_t(n_q), std::vector<float>(static_cast<size_t>(dim))), a = q;
-    std::vector<const float*> qp;
-    std::vector<float*> ap;
+    QuerySet qs(rng, n_q, dim, 2.0f);
+    auto& qp = qs.qp;
+    auto& ap = qs.op;
+    auto& a = qs.out;
     std::vector<int64_t> n_kv, begin;
     for (int i = 0; i < n_q; ++i) {
-      for (auto& x : q[size_t(i)]) x = 2.0f * rng.normal();
-      qp.push_back(q[size_t(i)].data());
-      ap.push_back(a[size_t(i)].data());
       n_kv.push_back(20 + (i * 17) % (n_pos - 20));
       begin.push_back(i % 3 == 0 ? 0 : (i * 7) % 19);
     }
