@@ -94,6 +94,7 @@ TEST_F(RunCli, JsonNamesTheKernelPath) {
     ASSERT_EQ(p.code, 0) << p.err;
     const auto j = nlohmann::json::parse(p.out);
     EXPECT_EQ(j["kernels"], want) << isa;
+    EXPECT_EQ(j["attention"], "on");  // llama.cpp's flash-attention rounding, the default
     EXPECT_EQ(j["tokens"].get<std::vector<int>>(), std::vector<int>(want_tokens.begin(), want_tokens.begin() + 4))
         << isa;
   }
@@ -109,7 +110,9 @@ TEST_F(RunCli, TiledAttentionGivesTheGoldenTokens) {
     const Proc p = run({"-m", kModel, "-p", c["prompt"].get<std::string>(), "-n", std::to_string(want.size()), "--temp",
                         "0", "--fa", "tiled", "--json"});
     ASSERT_EQ(p.code, 0) << p.err;
-    EXPECT_EQ(nlohmann::json::parse(p.out)["tokens"].get<std::vector<int>>(), want) << c["prompt"];
+    const auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["tokens"].get<std::vector<int>>(), want) << c["prompt"];
+    EXPECT_EQ(j["attention"], "tiled");
   }
   const Proc bad = run({"-m", kModel, "-p", "x", "--fa", "fast"});
   EXPECT_FALSE(bad.signaled);

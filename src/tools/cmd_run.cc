@@ -332,6 +332,7 @@ int cmd_run(int argc, char** argv) {
     j["peak_gb_s"] = peak;
     j["n_threads"] = model.n_threads();
     j["kernels"] = kernels::isa_name(kernels::best_isa());  // the matrix kernels' path
+    j["attention"] = engine::ops::attn_numerics_name(mo.attn_numerics);  // --fa
     j["cpu_features"] = cpu_features().to_string();
     j["n_ctx"] = ctx.n_ctx();
     j["seed"] = sp.seed;

@@ -232,8 +232,9 @@ int cmd_serve(int argc, char** argv) {
                chat->reason().c_str(), (long long)svc.max_seq_len(), st0.kv.total, st0.kv.block_size,
                double(st0.kv.bytes) / (1024.0 * 1024.0), cfg.fifo ? "fifo" : "tiered");
   for (const auto& t : svc.sched_config().tiers) std::fprintf(stderr, " %s", t.name.c_str());
-  std::fprintf(stderr, "; %zu API keys; kernels %s (%s)\n", cfg.keys.size(), kernels::isa_name(kernels::best_isa()),
-               cpu_features().to_string().c_str());
+  std::fprintf(stderr, "; %zu API keys; kernels %s (%s); attention %s\n", cfg.keys.size(),
+               kernels::isa_name(kernels::best_isa()), cpu_features().to_string().c_str(),
+               engine::ops::attn_numerics_name(mo.attn_numerics));
 
   // --- HTTP: the App takes over the listeners now that the model is loaded ---
   SteadyClock clock;
