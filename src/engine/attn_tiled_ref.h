@@ -5,8 +5,13 @@
 // FMAs (both files compile with fp-contract=off or without FMA); the FMAs are std::fma.
 #pragma once
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -38,7 +43,21 @@ inline float exp_neg(float x) {
   for (int k = 1; k < 6; ++k) p = std::fma(p, r, kExpC[k]);
   const float r2 = r * r;
   const float y = std::fma(p, r2, r) + 1.0f;
-  return std::ldexp(y, int(n));
+  // y * 2^n, n >= -126: 2^n is a normal float, so the product rounds once, as ldexp would.
+  uint32_t bits = uint32_t(int32_t(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, 4);
+  return y * two_n;
+}
+
+// F16 -> F32 of n values (exact on every path; vcvtph2ps where the file has F16C).
+inline void to_f32(const uint16_t* x, float* y, int n) {
+  int d = 0;
+#ifdef __F16C__
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(y + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + d))));
+#endif
+  for (; d < n; ++d) y[d] = fp16_to_f32(x[d]);
 }
 
 inline float tree16(const float* x) {
@@ -54,8 +73,14 @@ inline void attention(const float* const* q, const int64_t* n_kv, const int64_t*
   constexpr int L = kAttnTile;
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   const int dkp = (dk + L - 1) / L * L;  // zero-padded to whole chunks
-  std::vector<float> kt(size_t(L * dkp)), vt(size_t(L * dv)), acc(size_t(n_q * dv), 0.0f), sums(size_t(n_q * L), 0.0f);
-  std::vector<float> qp(size_t(n_q * dkp), 0.0f), mx(size_t(n_q), -std::numeric_limits<float>::infinity());
+  // Buffers reused across calls (this path runs per attention unit without AVX-512).
+  thread_local std::vector<float> kt, vt, acc, sums, qp, mx;
+  kt.assign(size_t(L * dkp), 0.0f);
+  vt.assign(size_t(L * dv), 0.0f);
+  acc.assign(size_t(n_q * dv), 0.0f);
+  sums.assign(size_t(n_q * L), 0.0f);
+  qp.assign(size_t(n_q * dkp), 0.0f);
+  mx.assign(size_t(n_q), -std::numeric_limits<float>::infinity());
   for (int i = 0; i < n_q; ++i) std::memcpy(&qp[size_t(i * dkp)], q[i], size_t(dk) * sizeof(float));
   int64_t lo = n_kv[0], hi = 0;
   for (int i = 0; i < n_q; ++i) {
@@ -69,8 +94,8 @@ inline void attention(const float* const* q, const int64_t* n_kv, const int64_t*
       const int64_t cell = seq.cell(p);
       const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * dk;
       const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * dv;
-      for (int d = 0; d < dk; ++d) kt[size_t((p - p0) * dkp + d)] = fp16_to_f32(k[d]);
-      for (int d = 0; d < dv; ++d) vt[size_t((p - p0) * dv + d)] = fp16_to_f32(v[d]);
+      to_f32(k, &kt[size_t((p - p0) * dkp)], dk);
+      to_f32(v, &vt[size_t((p - p0) * dv)], dv);
     }
     for (int i = 0; i < n_q; ++i) {
       const int64_t qa = std::max(p0, kv_begin ? kv_begin[i] : 0), qb = std::min(p0 + L, n_kv[i]);
@@ -95,11 +120,12 @@ inline void attention(const float* const* q, const int64_t* n_kv, const int64_t*
         for (int l = 0; l < L; ++l) si[l] *= ms;
         mx[size_t(i)] = m;
       }
+      float e[L];
+      for (int j = 0; j < L; ++j) e[j] = exp_neg(s[j] - mx[size_t(i)]);  // -inf off the range: 0
       for (int j = 0; j < L; ++j) {
         if (p0 + j < qa || p0 + j >= qb) continue;
-        const float e = exp_neg(s[j] - mx[size_t(i)]);
-        si[j] += e;
-        for (int d = 0; d < dv; ++d) ai[d] = std::fma(e, vt[size_t(j * dv + d)], ai[d]);
+        si[j] += e[j];
+        for (int d = 0; d < dv; ++d) ai[d] = std::fma(e[j], vt[size_t(j * dv + d)], ai[d]);
       }
     }
   }
