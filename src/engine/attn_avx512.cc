@@ -563,14 +563,13 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
           },
           L);
       float* ai = acc + i * D;
-      alignas(64) float ev[L];
-      _mm512_store_ps(ev, tile_weights<C>(dots, scale, in, mx[i], sums[i], ai));
+      const __m512 e = tile_weights<C>(dots, scale, in, mx[i], sums[i], ai);
       __m512 av[C];
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) av[c] = _mm512_load_ps(ai + 16 * c);
       for (unsigned rest = in; rest != 0; rest &= rest - 1) {
         const int j = __builtin_ctz(rest);
-        const __m512 ej = _mm512_set1_ps(ev[j]);
+        const __m512 ej = _mm512_permutexvar_ps(_mm512_set1_epi32(j), e);
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) av[c] = _mm512_fmadd_ps(ej, _mm512_load_ps(vt + j * D + 16 * c), av[c]);
       }
