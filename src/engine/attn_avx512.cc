@@ -664,8 +664,12 @@ void tiled_stream(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, c
   tiled_finish<C>(tq, n_q, sums, acc);
 }
 
-// Queries sharing a kv head from this many on convert its rows once per tile.
-constexpr int kTiledShareMin = 3;
+// Queries sharing a kv head from this many on convert its rows once per tile (prompt
+// units: 16). A decode step's GQA group (Gemma 3: 4 queries, qwen2 0.5b: 7) streams: its
+// cache slice comes from DRAM, and Gemma's 16-sequence decode attention took 5.8 ms
+// streamed against 6.8 ms converted (attn_bench group/256/decode16/1; the converting kernel
+// is faster only with the slice in L2: group/256/decode 40 against 57 us).
+constexpr int kTiledShareMin = 8;
 
 template <int C>
 void tiled_dispatch(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
