@@ -444,12 +444,13 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
 
 // ---------------------------------------------------------------------------------------
 // kTiledF32 (ops.h): per query and tile of 16 key positions, the 16 scores from one
-// transposed reduction tree (hsum16: the tree of tiled_tree16 on each key's 16 lanes of
-// fma chains), one rescale when the tile raises the max, the 16 weights from one expf16,
-// and the F32 accumulator updated in registers key by key. Each query gets exactly
-// attention_tiled_ref's operations.
-// tiled: queries of one kv head (prompts, GQA groups), whose K and V rows of a tile are
-// converted to F32 once for all of them; tiled_stream (below): queries of any heads.
+// transposed reduction tree (hsum16 computes tiled_ref::tree16 of each key's 16 lanes of
+// fma chains), one rescale when the tile raises the max, the 16 weights from one exp16,
+// and the F32 accumulator updated key by key. Each query gets exactly attention_tiled_ref's
+// operations.
+// tiled: queries of one kv head (prompt units), whose K and V rows of a tile are converted
+// to F32 once for all of them; tiled_stream (below): queries of any heads (decode).
+
 // tiled_ref::exp_neg of 16 lanes, the same operations.
 TS_ATTN_INLINE __m512 exp16(__m512 x) {
   using namespace tiled_ref;
@@ -581,9 +582,10 @@ void tiled(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, const Kv
 }
 
 // The same operations per query for queries of any kv heads (decode), the cache read in
-// cell order: for each key j of a tile, the partial dot products of all queries (16-lane
-// chains kept in `parts`) and, interleaved, the value rows of key j of the previous tile
-// into the accumulators (in memory); then the softmax step of the tile per query. So the
+// cell order: for each key j of a tile, its dot products with 16 queries at a time reduced
+// together (hsum16 over queries: each lane is its query's tree16) into `st`, and,
+// interleaved, the value rows of key j of the previous tile into the accumulators (in
+// memory); then the softmax step of the tile per query, its 16 scores gathered from `st`. So the
 // key and value streams advance together and the accumulators get each tile's values
 // before the next tile's rescale, as the definition orders them. Walking each head's 16
 // rows of a tile in turn instead streamed the cache at half the speed (attn_bench
