@@ -55,7 +55,8 @@ enum class AttnNumerics {
   // by exp(M - m); p_j = exp(s_j - M), added to the lane sums and fused into the F32
   // accumulator in key order. Output: accumulator / tree(lane sums). tree(x) of 16 lanes
   // adds x_l + x_(l+8), then + x_(l+4) halves, then + x_(l+2), then the last two; exp is
-  // std::exp(float). No F16 round trip per key: faster than kFlashF16.
+  // a float polynomial within 2 ulp (attn_tiled_ref.h, the definition every path follows
+  // bit for bit). No F16 round trip per key: faster than kFlashF16.
   kTiledF32,
 };
 inline constexpr int kAttnTile = 16;
@@ -86,11 +87,11 @@ inline int64_t attention_group_scratch_halves(const KvShape& s) {
   const int64_t flash = kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) +
                         2 * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * kMaxGroupQueries * s.head_dim_k + 64;
   // kTiledF32, in floats, 64-byte aligned: the F32 K and V rows of a tile and an
-  // accumulator per query (queries of one kv head), or an accumulator, 16 partial dot
-  // products and 16 weights per query (up to 32 queries of any heads).
+  // accumulator per query (queries of one kv head), or an accumulator, a tile's 16 scores
+  // and 16 weights per query (up to 32 queries of any heads).
   constexpr int kSeqQueries = 32;  // kMaxSeqQueries
-  const int64_t tiled = 2 * std::max(kAttnTile * (dk + dv) + kMaxGroupQueries * dv,
-                                     kSeqQueries * (dv + kAttnTile * 16 + kAttnTile)) + 32;
+  const int64_t tiled =
+      2 * std::max(kAttnTile * (dk + dv) + kMaxGroupQueries * dv, kSeqQueries * (dv + 2 * kAttnTile)) + 32;
   return std::max(flash, tiled);
 }
 // With kv_begin, query i attends positions [kv_begin[i], n_kv[i]) (the rows of a prompt
