@@ -69,10 +69,15 @@ std::string default_model_path() {
          "/gemma-3-270m-q4_k_m.gguf";
 }
 
+// BATCHING_TEST_ATTN names the attention numerics (ops::parse_attn_numerics; CTest's
+// batching_tiled_test runs the invariants with "tiled").
 std::unique_ptr<engine::Model> load(const std::string& path) {
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = 2;
+  if (const char* a = std::getenv("BATCHING_TEST_ATTN")) {
+    EXPECT_TRUE(engine::ops::parse_attn_numerics(a, &mo.attn_numerics)) << "BATCHING_TEST_ATTN=" << a;
+  }
   auto m = engine::Model::load(path, mo);
   EXPECT_TRUE(m.is_ok()) << path << ": " << m.status().to_string();
   return m.is_ok() ? std::move(*m) : nullptr;
