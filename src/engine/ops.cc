@@ -156,8 +156,6 @@ bool parse_attn_numerics(std::string_view name, AttnNumerics* out) {
 
 // kTiledF32, one lane at a time (attn_tiled_ref.h; attn_tiled_avx2.cc compiles the same
 // code with AVX2 and FMA).
-float detail::tiled_tree16(const float* x) { return tiled_ref::tree16(x); }
-
 void detail::attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                                  const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                                  float* const* out) {
@@ -225,8 +223,11 @@ void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
     attention_head_softmax_f16(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
     return;
   }
-  if (numerics == AttnNumerics::kTiledF32) {  // `scratch` is too small for the AVX-512 path
-    detail::attention_tiled_ref(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out);
+  if (numerics == AttnNumerics::kTiledF32) {  // `scratch` is too small for the AVX-512 kernels
+    if (use_avx2())
+      detail::attention_tiled_avx2(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out);
+    else
+      detail::attention_tiled_ref(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out);
     return;
   }
   if (use_avx2())

@@ -56,9 +56,8 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
 bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                           float scale);
 
-// kTiledF32 (ops.h): the 16-lane sum tree, and attention_group's contract computed one lane
-// at a time (ops.cc; the reference, and the path without AVX-512).
-float tiled_tree16(const float* x);
+// kTiledF32 (ops.h): attention_group's contract computed one lane at a time (ops.cc: the
+// reference, and the path of CPUs without AVX2).
 void attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                          const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                          float* const* out);

@@ -56,10 +56,6 @@ engine::KvShape kv_shape(const engine::ModelConfig& cfg) {
   return s;
 }
 
-engine::ops::AttnNumerics attn_numerics(const engine::ModelOptions& opts) {
-  return opts.attn_numerics;
-}
-
 void Workspace::size_for(const engine::ModelConfig& cfg, int64_t T, int n_threads) {
   const int64_t d = cfg.n_embd, nq = cfg.n_head * cfg.head_dim, nkv = cfg.n_head_kv * cfg.head_dim;
   max_tokens = T;

@@ -41,8 +41,6 @@ uint64_t step_weight_bytes(const engine::WeightBinder& wb, const Embeddings& e, 
 
 engine::KvShape kv_shape(const engine::ModelConfig& cfg);
 
-engine::ops::AttnNumerics attn_numerics(const engine::ModelOptions& opts);
-
 // Packs the seven matrices of every layer (members wq, wk, wv, wo, gate, up, down) and the
 // output projection, when the options ask for packed weights.
 template <typename Layer>

@@ -111,7 +111,7 @@ Status Gemma3::load(const gguf::File& f, const std::string& arch) {
 }
 
 void Gemma3::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
-  attn_numerics_ = decoder::attn_numerics(opts);
+  attn_numerics_ = opts.attn_numerics;
   decoder::pack(layers_, embd_.output, pool, opts);
 }
 

@@ -66,7 +66,7 @@ Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
 }
 
 void LlamaFamily::prepare(ThreadPool& pool, const engine::ModelOptions& opts) {
-  attn_numerics_ = decoder::attn_numerics(opts);
+  attn_numerics_ = opts.attn_numerics;
   decoder::pack(layers_, embd_.output, pool, opts);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/check.h"
 #include "core/clock.h"
 #include "core/rng.h"
 #include "engine/engine.h"
@@ -188,7 +189,8 @@ int cmd_batched_bench(int argc, char** argv) {
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = o.n_threads;
-  engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics);
+  // The CLI or the config has checked the name.
+  TS_CHECK(engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;

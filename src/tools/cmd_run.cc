@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "model_path.h"
+#include "core/check.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
 #include "engine/model.h"
@@ -199,7 +200,8 @@ int cmd_run(int argc, char** argv) {
   mo.use_plan = !o.no_plan;
   mo.copy_plan = !o.map_plan;
   mo.n_threads = o.n_threads;
-  engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics);
+  // The CLI or the config has checked the name.
+  TS_CHECK(engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;

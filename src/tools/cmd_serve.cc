@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/check.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
 #include "engine/model.h"
@@ -198,7 +199,8 @@ int cmd_serve(int argc, char** argv) {
   models::register_all();
   engine::ModelOptions mo;
   mo.n_threads = cfg.model.threads;
-  engine::ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics);
+  // The CLI or the config has checked the name.
+  TS_CHECK(engine::ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics));
   mo.copy_plan = !cfg.model.map_plan;
   const int64_t t_load = now_ns();
   auto model = engine::Model::load(model_path, mo);
