@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang, ASan and UBSan in build-fuzz/ and fuzzes, each for
-# a bounded time, the GGUF reader (gguf_fuzz) and the OpenAI request parser of the server
-# (request_fuzz). Exits non-zero when a fuzzer finds a crash, a leak, a timeout or an
+# a bounded time, the GGUF reader (gguf_fuzz), the OpenAI request parser of the server
+# (request_fuzz) and the server's connection-level HTTP framing (http_fuzz: byte streams
+# of several requests). Exits non-zero when a fuzzer finds a crash, a leak, a timeout or an
 # allocation over the limit; the input is saved in build-fuzz/artifacts/.
 #
-#   scripts/fuzz.sh                  # GGUF 60 s (FUZZ_SECONDS), requests 30 s (REQUEST_FUZZ_SECONDS)
+#   scripts/fuzz.sh                  # GGUF 60 s (FUZZ_SECONDS), requests 30 s (REQUEST_FUZZ_SECONDS),
+#                                    # HTTP streams 30 s (HTTP_FUZZ_SECONDS)
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
-#   FUZZ_TARGETS=request scripts/fuzz.sh   # only one target (default: "gguf request")
+#   FUZZ_TARGETS=request scripts/fuzz.sh   # only one target (default: "gguf request http")
 #   FUZZ_JOBS=2 scripts/fuzz.sh      # parallel fuzzing processes (default 1)
-#   scripts/fuzz.sh CRASH_FILE...    # re-run saved inputs once (FUZZ_TARGET=request for the parser's)
+#   scripts/fuzz.sh CRASH_FILE...    # re-run saved inputs once (FUZZ_TARGET=request|http for those)
 #
 # Corpora: build-fuzz/corpus/gguf (new inputs land here) seeded from fuzz/seeds/ (small
 # valid files from the Writer) and tests/data/gguf_bad/ (the crafted bad files);
-# build-fuzz/corpus/request seeded from fuzz/request_seeds/.
+# build-fuzz/corpus/request seeded from fuzz/request_seeds/; build-fuzz/corpus/http from
+# fuzz/http_seeds/ (each file's first byte picks how the rest is cut into reads).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_TO_RUN="${FUZZ_SECONDS:-60}"
 REQUEST_SECONDS="${REQUEST_FUZZ_SECONDS:-30}"
-TARGETS="${FUZZ_TARGETS:-gguf request}"
+HTTP_SECONDS="${HTTP_FUZZ_SECONDS:-30}"
+TARGETS="${FUZZ_TARGETS:-gguf request http}"
 JOBS="${FUZZ_JOBS:-1}"
 CC_BIN="${CC:-clang}"
 CXX_BIN="${CXX:-clang++}"
@@ -92,6 +96,7 @@ for t in $TARGETS; do
   case "$t" in
     gguf) fuzz_one gguf "$SECONDS_TO_RUN" 65536 "$ROOT/fuzz/gguf.dict" "$ROOT/fuzz/seeds" "$ROOT/tests/data/gguf_bad" ;;
     request) fuzz_one request "$REQUEST_SECONDS" 8192 "$ROOT/fuzz/request.dict" "$ROOT/fuzz/request_seeds" ;;
-    *) echo "fuzz.sh: unknown target '$t' (gguf, request)" >&2; exit 2 ;;
+    http) fuzz_one http "$HTTP_SECONDS" 8192 "$ROOT/fuzz/http.dict" "$ROOT/fuzz/http_seeds" ;;
+    *) echo "fuzz.sh: unknown target '$t' (gguf, request, http)" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "server/api_error.h"
+#include "server/http_framing.h"
 #include "server/router.h"
 
 #include <boost/asio.hpp>
@@ -60,7 +61,7 @@ struct HttpServer::Impl {
   // io_context when it is destroyed give their slot back in their destructor.
   std::atomic<int64_t> open_connections{0};      // on the limited listeners
   std::atomic<uint64_t> rejected_connections{0};
-  std::atomic<int64_t> rejecting{0};             // 503s being written right now
+  std::atomic<int64_t> rejecting{0};             // refused connections not yet closed
   net::io_context ioc;
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;
   std::vector<std::thread> threads;
@@ -83,6 +84,7 @@ struct HttpServer::Impl {
       if (open_connections.compare_exchange_weak(cur, cur + 1)) return true;
     return false;
   }
+  bool slot_free() const { return opts.max_connections <= 0 || open_connections.load() < opts.max_connections; }
 };
 
 namespace {
@@ -108,18 +110,44 @@ class ConnResponder final : public Responder {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
+  // How long a closing connection keeps reading (and discarding) after its last response,
+  // so that request bytes still in flight do not turn the close into a reset that would
+  // destroy the response before the client reads it (a "lingering close").
+  static constexpr auto kLinger = std::chrono::milliseconds(2000);
+  static constexpr size_t kMaxLingerBytes = 1 << 20;
+
   // holds_slot: the connection took one of the server's connection slots (take_slot),
-  // given back when its socket closes.
-  Connection(tcp::socket&& s, HttpServer::Impl& srv, Dispatch d, bool holds_slot)
-      : stream_(std::move(s)), srv_(srv), dispatch_(d), holds_slot_(holds_slot) {
+  // given back when its socket closes. reject: over the connection limit; it is answered
+  // 503 at once and closed.
+  Connection(tcp::socket&& s, HttpServer::Impl& srv, Dispatch d, bool holds_slot, bool reject)
+      : socket_(std::move(s)),
+        srv_(srv),
+        dispatch_(std::move(d)),
+        framer_(FramingLimits{srv.opts.max_header_bytes, srv.opts.max_body_bytes}),
+        read_timer_(socket_.get_executor()),
+        write_timer_(socket_.get_executor()),
+        holds_slot_(holds_slot),
+        reject_(reject) {
     beast::error_code ec;
-    const auto ep = stream_.socket().remote_endpoint(ec);
+    const auto ep = socket_.remote_endpoint(ec);
     if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+    if (reject_) srv_.rejecting.fetch_add(1);
   }
-  ~Connection() { release_slot(); }
+  ~Connection() {
+    release_slot();
+    if (active_) srv_.in_flight.fetch_sub(1);  // never left counted (drain waits on it)
+    if (reject_) srv_.rejecting.fetch_sub(1);
+  }
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+    net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->reject_) {
+        self->refuse();
+      } else {
+        self->arm_read_timer(self->srv_.opts.idle_timeout_ms);
+      }
+      self->read();
+    });
   }
 
   // --- called on the strand by ConnResponder ---
@@ -176,121 +204,126 @@ class Connection : public std::enable_shared_from_this<Connection> {
     on_disconnect_ = std::move(fn);
   }
 
-  net::any_io_executor executor() { return stream_.get_executor(); }
+  net::any_io_executor executor() { return socket_.get_executor(); }
 
  private:
   bool current(uint64_t seq) const { return seq == seq_ && active_ && !closed_; }
 
-  void read_header() {
-    parser_.emplace();
-    parser_->header_limit(uint32_t(std::min<int64_t>(srv_.opts.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(uint64_t(srv_.opts.max_body_bytes));
-    stream_.expires_after(std::chrono::milliseconds(srv_.opts.idle_timeout_ms));
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  // One read at a time, whatever the connection is doing: between requests it brings the
+  // next one; while a response is pending it keeps pipelined bytes and notices a client
+  // that goes away (EOF or an error), which cancels the generation; after the last
+  // response it drains until the client's EOF (linger).
+  void read() {
+    if (reading_ || closed_) return;
+    if (!lingering_ && framer_.buffered() >= size_t(srv_.opts.max_header_bytes + srv_.opts.max_body_bytes)) return;
+    reading_ = true;
+    socket_.async_read_some(net::buffer(rbuf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->on_read(ec, n);
+    });
   }
 
-  void on_header(beast::error_code ec) {
-    if (ec) return on_read_error(ec);
-    // curl and others wait for "100 Continue" before sending a large body.
-    const auto& h = parser_->get();
-    if (auto it = h.find(http::field::expect); it != h.end() && beast::iequals(it->value(), "100-continue")) {
-      continue_sent_ = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      stream_.expires_after(std::chrono::milliseconds(srv_.opts.write_timeout_ms));
-      net::async_write(stream_, net::buffer(*continue_sent_),
-                       [self = shared_from_this()](beast::error_code ec2, size_t) {
-                         if (ec2) return self->close();
-                         self->read_body();
-                       });
-      return;
+  void on_read(beast::error_code ec, size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (lingering_) {
+      lingered_ += n;
+      if (ec || lingered_ > kMaxLingerBytes) return close();
+      return read();
     }
-    read_body();
+    if (ec) return disconnected();
+    framer_.feed(std::string_view(rbuf_.data(), n));
+    if (!active_) next_request();
+    read();
   }
 
-  void read_body() {
-    stream_.expires_after(std::chrono::milliseconds(srv_.opts.read_timeout_ms));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_request(ec); });
-  }
-
-  void on_read_error(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
-      return close();
-    }
-    // A malformed or oversized request: answer once, then close (the stream position is lost).
-    int status = 400;
-    std::string code = "bad_request", msg = "malformed HTTP request: " + ec.message();
-    if (ec == http::error::header_limit) {
-      status = 431, code = "header_too_large";
-      msg = "request headers exceed " + std::to_string(srv_.opts.max_header_bytes) + " bytes";
-    } else if (ec == http::error::body_limit) {
-      status = 413, code = "body_too_large";
-      msg = "request body exceeds " + std::to_string(srv_.opts.max_body_bytes) + " bytes";
-    }
-    ApiError e = bad_request(msg, "", code);
-    e.status = status;
-    HttpResponse r = error_response(e);
-    active_ = true;
-    ++seq_;
-    keep_alive_ = false;
-    srv_.in_flight.fetch_add(1);
-    do_respond(seq_, std::move(r));
-  }
-
-  void on_request(beast::error_code ec) {
-    if (ec) return on_read_error(ec);
-    http::request<http::string_body> msg = parser_->release();
+  // With no request active: dispatches the next complete request, answers a framing
+  // error, or waits for more bytes (100 Continue when the head asked for it).
+  void next_request() {
+    if (closed_ || active_ || lingering_) return;
     HttpRequest req;
-    req.method = std::string(msg.method_string());
-    const std::string target(msg.target());
-    const size_t q = target.find('?');
-    req.path = target.substr(0, q);
-    if (q != std::string::npos) req.query = target.substr(q + 1);
-    for (const auto& f : msg) {
-      std::string name(f.name_string());
-      for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-      req.headers.emplace_back(std::move(name), std::string(f.value()));
+    FramingError err;
+    switch (framer_.next(&req, &err)) {
+      case RequestFramer::Next::kRequest:
+        return dispatch_request(std::move(req));
+      case RequestFramer::Next::kError:
+        return answer_error(err.status, err.code, err.message);
+      case RequestFramer::Next::kNeedMore:
+        break;
     }
-    req.body = std::move(msg.body());
+    if (framer_.in_request() && !request_timer_armed_) {
+      // From a request's first byte to its last: the read timeout (not re-armed per
+      // byte, so a client trickling bytes cannot hold the connection forever).
+      request_timer_armed_ = true;
+      arm_read_timer(srv_.opts.read_timeout_ms);
+    }
+    if (framer_.wants_continue()) {
+      framer_.clear_continue();
+      queue("HTTP/1.1 100 Continue\r\n\r\n");
+      flush();
+    }
+  }
+
+  void dispatch_request(HttpRequest req) {
+    disarm_read_timer();
+    request_timer_armed_ = false;
     req.peer = peer_;
-    keep_alive_ = msg.keep_alive() && !srv_.closing.load();
-    http10_ = msg.version() < 11;
-    head_only_ = msg.method() == http::verb::head;
+    keep_alive_ = framer_.keep_alive() && !srv_.closing.load();
+    http10_ = framer_.http10();
+    head_only_ = req.method == "HEAD";
+    begin_response();
+    auto responder = std::make_shared<ConnResponder>(shared_from_this(), seq_);
+    dispatch_(req, std::move(responder));
+  }
+
+  void begin_response() {
     ++seq_;
     active_ = true;
     started_ = streaming_ = done_ = false;
     srv_.in_flight.fetch_add(1);
-    stream_.expires_never();
-    auto responder = std::make_shared<ConnResponder>(shared_from_this(), seq_);
-    dispatch_(req, std::move(responder));
-    watch();
   }
 
-  // While a response is pending, keep reading: bytes are kept for the next request
-  // (pipelining), and EOF or an error means the client went away.
-  void watch() {
-    if (watching_ || closed_ || !active_) return;
-    if (buffer_.size() >= size_t(srv_.opts.max_header_bytes + srv_.opts.max_body_bytes)) return;
-    watching_ = true;
-    stream_.socket().async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      self->on_watch(ec, n);
+  // An answer of the connection's own (a framing error, a timeout, a refusal): written,
+  // then the connection closes.
+  void answer_error(int status, const std::string& code, const std::string& message) {
+    disarm_read_timer();
+    ApiError e = bad_request(message, "", code);
+    e.status = status;
+    if (status >= 500) e.type = "server_error";
+    if (status == 503) e.retry_after_ms = 1000;
+    keep_alive_ = false;
+    http10_ = false;
+    head_only_ = false;
+    begin_response();
+    do_respond(seq_, error_response(e));
+  }
+
+  void refuse() {
+    answer_error(503,
+                 "overloaded",
+                 "the server has reached its limit of " + std::to_string(srv_.opts.max_connections) +
+                     " open connections; retry later");
+  }
+
+  void arm_read_timer(int64_t ms) {
+    const uint64_t gen = ++timer_gen_;
+    read_timer_.expires_after(std::chrono::milliseconds(std::max<int64_t>(ms, 1)));
+    read_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->timer_gen_ || self->closed_) return;
+      self->on_read_timeout();
     });
   }
+  void disarm_read_timer() {
+    ++timer_gen_;
+    read_timer_.cancel();
+  }
 
-  void on_watch(beast::error_code ec, size_t n) {
-    watching_ = false;
-    if (!ec) {
-      buffer_.commit(n);
-      if (active_) watch();
-      else if (!closed_) read_header();
-      return;
-    }
-    if (ec == net::error::operation_aborted && !closed_) {
-      if (!active_) read_header();  // cancelled to start the next request
-      return;
-    }
-    disconnected();
+  void on_read_timeout() {
+    if (lingering_) return close();
+    if (active_) return;  // a response is pending: no read deadline applies
+    if (framer_.in_request())
+      return answer_error(408, "request_timeout",
+                          "the request was not received within " + std::to_string(srv_.opts.read_timeout_ms) + " ms");
+    close();  // idle between requests
   }
 
   void queue(std::string s) { outq_.push_back(std::move(s)); }
@@ -305,9 +338,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (auto& s : outq_) wbuf_ += s;
     outq_.clear();
     writing_ = true;
-    stream_.expires_after(std::chrono::milliseconds(srv_.opts.write_timeout_ms));
-    net::async_write(stream_, net::buffer(wbuf_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    // A reader that stalls for the write timeout is dropped.
+    const uint64_t gen = ++write_gen_;
+    write_timer_.expires_after(std::chrono::milliseconds(srv_.opts.write_timeout_ms));
+    write_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (!ec && gen == self->write_gen_ && self->writing_) self->disconnected();
+    });
+    net::async_write(socket_, net::buffer(wbuf_), [self = shared_from_this()](beast::error_code ec, size_t) {
       self->writing_ = false;
+      ++self->write_gen_;
+      self->write_timer_.cancel();
       if (ec) return self->disconnected();
       self->flush();
     });
@@ -319,17 +359,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     active_ = false;
     on_disconnect_ = nullptr;
     srv_.in_flight.fetch_sub(1);
-    if (!keep_alive_) {
-      beast::error_code ec;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-      return close();
-    }
-    if (watching_) {
-      beast::error_code ec;
-      stream_.socket().cancel(ec);  // on_watch(operation_aborted) starts the next read
-    } else {
-      read_header();
-    }
+    if (!keep_alive_) return linger();
+    arm_read_timer(srv_.opts.idle_timeout_ms);
+    next_request();  // a pipelined request may be buffered already
+    read();
+  }
+
+  // After the last response: half-close, then read and discard until the client's EOF, a
+  // byte bound or kLinger, and close.
+  void linger() {
+    lingering_ = true;
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    ++timer_gen_;
+    const uint64_t gen = timer_gen_;
+    read_timer_.expires_after(kLinger);
+    read_timer_.async_wait([self = shared_from_this(), gen](beast::error_code e) {
+      if (!e && gen == self->timer_gen_) self->close();
+    });
+    read();
   }
 
   void disconnected() {
@@ -359,17 +408,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
       on_disconnect_ = nullptr;
       fn();
     }
+    read_timer_.cancel();
+    write_timer_.cancel();
     beast::error_code ec;
-    stream_.socket().close(ec);
+    socket_.close(ec);
   }
 
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
   HttpServer::Impl& srv_;
   Dispatch dispatch_;  // a copy: the listener may go before its connections
   std::string peer_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::shared_ptr<std::string> continue_sent_;
+  RequestFramer framer_;
+  std::array<char, 8192> rbuf_{};
+  net::steady_timer read_timer_, write_timer_;
+  uint64_t timer_gen_ = 0, write_gen_ = 0;
 
   uint64_t seq_ = 0;
   bool active_ = false;     // a request is dispatched and its response not finished
@@ -379,10 +431,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool http10_ = false;
   bool head_only_ = false;
-  bool watching_ = false;
+  bool reading_ = false;
   bool writing_ = false;
+  bool lingering_ = false;
   bool closed_ = false;
+  bool request_timer_armed_ = false;
   bool holds_slot_ = false;
+  const bool reject_;
+  size_t lingered_ = 0;
   std::deque<std::string> outq_;
   std::string wbuf_;
   std::function<void()> on_disconnect_;
@@ -404,84 +460,27 @@ void ConnResponder::on_disconnect(std::function<void()> fn) {
   net::post(conn_->executor(), [c = conn_, s = seq_, f = std::move(fn)]() mutable { c->do_on_disconnect(s, std::move(f)); });
 }
 
-// A connection beyond max_connections: reads the request head (briefly, bounded), answers
-// 503 with Retry-After and closes. The close waits for the client's EOF (or a short
-// timeout) after the answer, so unread request bytes do not turn the close into a reset
-// that would destroy the answer before the client reads it.
-class Rejection : public std::enable_shared_from_this<Rejection> {
- public:
-  static constexpr auto kWait = std::chrono::milliseconds(2000);  // for the head, then for EOF
-  static constexpr size_t kMaxDrain = 1 << 20;
-
-  Rejection(tcp::socket&& s, HttpServer::Impl& srv) : stream_(std::move(s)), srv_(srv) { srv_.rejecting.fetch_add(1); }
-  ~Rejection() { srv_.rejecting.fetch_sub(1); }
-
-  void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      self->stream_.expires_after(kWait);
-      self->read_head();
-    });
-  }
-
- private:
-  void read_head() {
-    stream_.async_read_some(net::buffer(buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      if (ec) return self->close();  // gone, or silent until the timeout (which closed the socket)
-      self->head_.append(self->buf_.data(), n);
-      if (self->head_.find("\r\n\r\n") == std::string::npos &&
-          self->head_.size() < size_t(std::max<int64_t>(self->srv_.opts.max_header_bytes, 512)))
-        return self->read_head();
-      self->respond();
-    });
-  }
-
-  void respond() {
-    ApiError e = server_error(503,
-                              "the server has reached its limit of " + std::to_string(srv_.opts.max_connections) +
-                                  " open connections; retry later",
-                              "overloaded");
-    e.retry_after_ms = 1000;
-    out_ = serialize_response(error_response(e), false, false);
-    stream_.expires_after(kWait);
-    net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->close();
-      beast::error_code ignore;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignore);
-      self->stream_.expires_after(kWait);
-      self->drain();
-    });
-  }
-
-  void drain() {
-    stream_.async_read_some(net::buffer(buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      self->drained_ += n;
-      if (ec || self->drained_ > kMaxDrain) return self->close();
-      self->drain();
-    });
-  }
-
-  void close() {
-    beast::error_code ignore;
-    stream_.socket().close(ignore);
-  }
-
-  beast::tcp_stream stream_;
-  HttpServer::Impl& srv_;
-  std::array<char, 4096> buf_{};
-  std::string head_, out_;
-  size_t drained_ = 0;
-};
-
 // Accepts connections on one address until closed.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  // Rejections being written at once beyond this are dropped without an answer (a flood
-  // must not cost more than a bounded amount of work and sockets).
+  // At most this many refusals (503s being written or lingering) at once. Beyond it, while
+  // no slot is free either, the listener stops accepting and polls: new connections wait
+  // in the kernel's backlog (their SYN is answered, their request bytes kept) until they
+  // can be served or answered. A flood costs bounded work and sockets, and no connection
+  // is ever closed unanswered.
   static constexpr int64_t kMaxRejecting = 64;
+  static constexpr auto kPausePoll = std::chrono::milliseconds(5);
 
   Listener(HttpServer::Impl& srv, std::shared_ptr<tcp::acceptor> acc, Dispatch d, bool limited)
       : srv_(srv), acc_(std::move(acc)), dispatch_(std::move(d)), limited_(limited), retry_(acc_->get_executor()) {}
+
   void accept() {
+    if (!acc_->is_open()) return;
+    if (limited_ && srv_.rejecting.load() >= kMaxRejecting && !srv_.slot_free()) {
+      retry_.expires_after(kPausePoll);
+      retry_.async_wait([self = shared_from_this()](beast::error_code) { self->accept(); });
+      return;
+    }
     acc_->async_accept(net::make_strand(srv_.ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
       if (ec) {
         if (ec == net::error::operation_aborted || !self->acc_->is_open()) return;
@@ -494,13 +493,12 @@ class Listener : public std::enable_shared_from_this<Listener> {
       beast::error_code ignore;
       s.set_option(tcp::no_delay(true), ignore);
       if (!self->limited_) {
-        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, false)->start();
+        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, false, false)->start();
       } else if (self->srv_.take_slot()) {
-        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, true)->start();
+        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, true, false)->start();
       } else {
         self->srv_.rejected_connections.fetch_add(1);
-        if (self->srv_.rejecting.load() < kMaxRejecting) std::make_shared<Rejection>(std::move(s), self->srv_)->start();
-        // else the socket closes here, unanswered
+        std::make_shared<Connection>(std::move(s), self->srv_, self->dispatch_, false, true)->start();
       }
       self->accept();
     });

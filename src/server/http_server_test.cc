@@ -164,19 +164,26 @@ TEST_F(HttpServerTest, LimitsAndTimeouts) {
   o.idle_timeout_ms = 200;
   start([](const HttpRequest&, std::shared_ptr<Responder> out) { out->respond(HttpResponse{}); }, o);
   int fd = connect_to(port);
-  send_str(fd, "GET / HTTP/1.1\r\nX: " + std::string(2000, 'a') + "\r\n\r\n");
+  send_str(fd, "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(2000, 'a') + "\r\n\r\n");
   EXPECT_EQ(read_until(fd, "\r\n\r\n").rfind("HTTP/1.1 431", 0), 0u);
   ::close(fd);
   fd = connect_to(port);
-  send_str(fd, "POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
+  send_str(fd, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1000\r\n\r\n");
   EXPECT_EQ(read_until(fd, "\r\n\r\n").rfind("HTTP/1.1 413", 0), 0u);
   ::close(fd);
-  // A client that sends half a request and stalls is dropped after the read timeout.
+  // A client that sends half a request and stalls is answered 408 after the read timeout,
+  // and the connection closes.
   fd = connect_to(port);
-  send_str(fd, "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+  send_str(fd, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc");
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(read_until(fd, "never"), "");
+  const std::string timed_out = read_until(fd, "never");
+  EXPECT_EQ(timed_out.rfind("HTTP/1.1 408", 0), 0u) << timed_out;
+  EXPECT_NE(timed_out.find("request_timeout"), std::string::npos) << timed_out;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ::close(fd);
+  // An idle connection (no byte of a request) is closed quietly after the idle timeout.
+  fd = connect_to(port);
+  EXPECT_EQ(read_until(fd, "never"), "");
   ::close(fd);
 }
 

@@ -27,8 +27,15 @@ std::optional<ApiError> read_int(const json& v, const std::string& field, int64_
       out = v.get<int64_t>();
     }
   } else if (v.is_number_float()) {
+    // A float stands for an integer only where doubles are exact (|d| <= 2^53): beyond
+    // that, the value written and the value parsed may differ (-9223372036854775809 parses
+    // as -2^63, in range), and 2^63 would not even convert.
     const double d = v.get<double>();
     if (!std::isfinite(d) || d != std::floor(d)) return type_error(field, "an integer");
+    constexpr double kExact = 9007199254740992.0;  // 2^53
+    if (std::fabs(d) > kExact)
+      return bad_request("'" + field + "' is out of range (an integer written as a float must be within +-2^53)", field,
+                         "invalid_value");
     if (d < double(lo) || d > double(hi))
       return bad_request("'" + field + "' is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", field,
                          "invalid_value");
@@ -68,12 +75,15 @@ std::optional<ApiError> read_string(const json& v, const std::string& field, std
 }
 
 // "content": a string, or an array of parts of which only {"type":"text","text":...} is supported.
-std::optional<ApiError> read_content(const json& v, const std::string& field, std::string& out) {
+// null content: assistant messages only (OpenAI's rule: an assistant turn may carry only
+// tool calls or a refusal).
+std::optional<ApiError> read_content(const json& v, const std::string& field, bool null_ok, std::string& out) {
   if (v.is_string()) {
     out = v.get<std::string>();
     return std::nullopt;
   }
   if (v.is_null()) {
+    if (!null_ok) return bad_request("'" + field + "' must not be null (only an assistant message may have null content)", field, "invalid_type");
     out.clear();
     return std::nullopt;
   }
@@ -116,7 +126,7 @@ std::optional<ApiError> read_messages(const json& v, const RequestLimits& lim, s
     tok::ChatMessage cm;
     cm.role = role;
     if (!m.contains("content")) return bad_request("'" + f + ".content' is required", f + ".content", "missing_field");
-    if (auto e = read_content(m["content"], f + ".content", cm.content)) return e;
+    if (auto e = read_content(m["content"], f + ".content", role == "assistant", cm.content)) return e;
     out.push_back(std::move(cm));
   }
   return std::nullopt;
@@ -342,6 +352,10 @@ std::optional<ApiError> parse_completion_request(std::string_view body, Endpoint
                                                  CompletionRequest& out) {
   out = CompletionRequest{};
   if (body.empty()) return bad_request("the request body is empty (expected a JSON object)", "", "invalid_json");
+  // A NUL byte is never valid JSON text, and the JSON reader would take it for the end of
+  // the input (accepting whatever follows it).
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
+    return bad_request("malformed JSON: a NUL byte at offset " + std::to_string(nul), "", "invalid_json");
   if (json_depth(body, limits.max_json_depth) > limits.max_json_depth)
     return bad_request("the JSON body is nested deeper than " + std::to_string(limits.max_json_depth) + " levels", "",
                        "invalid_json");

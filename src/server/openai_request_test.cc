@@ -199,6 +199,43 @@ TEST(OpenAiRequest, BadRequestsAre400WithTheField) {
   }
 }
 
+TEST(OpenAiRequest, SeedsOutsideInt64AndInexactFloatsAreRefused) {
+  CompletionRequest r;
+  for (const char* seed : {"-9223372036854775809", "9223372036854775808", "9.223372036854775808e18", "-9.3e18",
+                           "18446744073709551616", "1e19", "9007199254740994.0"}) {
+    auto e = comp(std::string(R"({"prompt":"x","seed":)") + seed + "}", r);
+    ASSERT_TRUE(e) << seed;
+    EXPECT_EQ(e->code, "invalid_value") << seed;
+    EXPECT_EQ(e->param, "seed");
+  }
+  // The ends of the range written as integers, and exact floats, are fine.
+  for (const auto& [seed, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"-9223372036854775808", INT64_MIN}, {"9223372036854775807", INT64_MAX}, {"9007199254740992.0", 9007199254740992LL},
+           {"-12.0", -12}}) {
+    auto e = comp(R"({"prompt":"x","seed":)" + seed + "}", r);
+    ASSERT_FALSE(e) << seed << ": " << e->message;
+    EXPECT_EQ(r.seed.value(), want) << seed;
+  }
+}
+
+TEST(OpenAiRequest, NullContentOnlyForAssistantMessages) {
+  CompletionRequest r;
+  EXPECT_FALSE(chat(R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null}]})", r));
+  for (const char* role : {"user", "system", "developer"}) {
+    auto e = chat(std::string(R"({"messages":[{"role":")") + role + R"(","content":null}]})", r);
+    ASSERT_TRUE(e) << role;
+    EXPECT_EQ(e->code, "invalid_type") << role;
+    EXPECT_EQ(e->param, "messages[0].content");
+  }
+}
+
+TEST(OpenAiRequest, NulBytesAreNotJson) {
+  CompletionRequest r;
+  auto e = comp(std::string("{\"prompt\":\"x\"}\0{\"junk\":1}", 26), r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, "invalid_json");
+}
+
 TEST(OpenAiRequest, DeepNestingIsRefusedBeforeParsing) {
   CompletionRequest r;
   const std::string deep = "{\"prompt\":\"a\",\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}";

@@ -1,23 +1,30 @@
-// HTTP/1.1 plumbing on Boost.Beast/Asio: listeners, connections, limits and timeouts. It
-// parses requests into HttpRequest, hands them to a dispatch function with a Responder,
-// and writes whatever the Responder is told, in order, from the connection's strand.
+// HTTP/1.1 plumbing on Boost.Asio: listeners, connections, limits and timeouts. Bytes read
+// from a connection go to its RequestFramer (server/http_framing.h), which alone decides
+// where requests begin and end; complete requests go to a dispatch function with a
+// Responder, and whatever the Responder is told is written, in order, from the
+// connection's strand.
 //
 // One io_context, a few threads (HttpConfig::threads); each connection is a strand, so a
-// connection's handlers never run concurrently. Limits: header bytes (431), body bytes
-// (413), a read timeout per request, an idle timeout between keep-alive requests, a write
-// timeout per write (a stalled reader is dropped). While a response is pending the
-// connection keeps reading, so a client that closes its socket is noticed at once and
-// the Responder's disconnect hook runs (which cancels the generation).
+// connection's handlers never run concurrently. A framing error (400/413/431/501/505) and
+// a request not complete within the read timeout (408) are answered by the connection
+// itself, then it closes. Timeouts: the idle timeout between keep-alive requests (a quiet
+// close), the read timeout from a request's first byte to its last (not re-armed per
+// byte), a write timeout per write (a stalled reader is dropped). A connection reads at
+// all times, so while a response is pending pipelined bytes are kept and a client that
+// closes its socket is noticed at once: the Responder's disconnect hook runs (which cancels
+// the generation). After its last response a connection half-closes and drains until the
+// client's EOF (bounded), so that the answer is not destroyed by a reset.
 //
 // Connections: at most HttpServerOptions::max_connections are open at once on the
 // listeners that enforce it (listen(..., limit_connections = true), the default). One more
-// is answered "503 Service Unavailable" with Retry-After and an OpenAI error body (code
-// "overloaded") and closed; the open ones are not disturbed. A connection's slot is freed
-// when its socket closes: the client closed it or reset it, a timeout dropped it, or the
-// server closed it after a response.
+// is answered "503 Service Unavailable" at once, with Retry-After and an OpenAI error body
+// (code "overloaded"), and closed the same careful way; the open ones are not disturbed.
+// While 64 refusals are in progress and no slot is free, the listener stops accepting and
+// the kernel's backlog holds newcomers: no connection is dropped unanswered. A
+// connection's slot is freed when its socket closes.
 //
 // Responses are serialized here (status line, headers, Content-Length or chunked
-// Transfer-Encoding for streams); Beast is used for parsing requests, the untrusted part.
+// Transfer-Encoding for streams).
 #pragma once
 
 #include <atomic>
