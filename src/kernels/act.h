@@ -75,8 +75,10 @@ class ActBuffer {
   Act act_;
 };
 
-// Row converters of one ISA; all ISAs produce identical bytes (llama.cpp's reference
-// rounding), the SIMD ones just faster. n is a multiple of the block size.
+// Row converters of one ISA; all ISAs produce identical bytes, the SIMD ones just faster:
+// llama.cpp's x86 activation quantizer (d = amax / 127, q = x * (127 / amax) rounded half
+// to even), not its reference one (q = x * (1 / d) rounded half away, ref::from_float),
+// which differs near rounding boundaries. n is a multiple of the block size.
 struct ActRowFns {
   // Q8_0 levels and scales (as float) per 32-block, corr = -offset * sum(q).
   void (*q8_0)(const float* x, int64_t n, int offset, int8_t* qs, float* d, int32_t* corr);

@@ -7,8 +7,9 @@
 namespace ts::kernels::amx {
 
 // Quantized panel kernels on AMX tiles (call only when best_isa() is kAmx); fewer than 16
-// tokens go to the AVX-512 kernels, and so does everything when the self-check below
-// failed. Null for types without one.
+// tokens (32 for the types other than Q8_0, which unpack their panels first) go to the
+// AVX-512 kernels, and so does everything when the self-check below failed. Null for types
+// without one (Q6_K, where the VNNI kernel is faster, and the float types).
 PanelGemmFn quant_gemm(DType t);
 
 // Whether `kernel`, a panel kernel of type t, gives the bits of the AVX-512 VNNI kernel on

@@ -3,8 +3,11 @@
 // stays the AVX-512 tiles' (gemm_avx512.cc) — so results are bit-identical to every other
 // path, and a step may run some tokens here and others on VNNI.
 //
-// Tiles, per unit of K columns (a 32-element block; a 32-column sub-block of Q4_K/Q5_K; a
-// 16-column sub-block of Q6_K):
+// Q6_K has no tile kernel: its 16-column sub-blocks make half-size tile multiplies with a
+// full float epilogue each, which ran at 0.75-0.8x the VNNI kernel (docs/BENCHMARKS.md,
+// AMX); it stays on VNNI.
+//
+// Tiles, per unit of K columns (a 32-element block; a 32-column sub-block of Q4_K/Q5_K):
 //   A (m tokens x K bytes): the tokens' int8 activation levels, straight from Act::qs
 //     (stride Act::tok_bytes);
 //   B (K/4 rows x 64 bytes): the weights in panel.h's word layout (16 rows x 4 columns per
@@ -12,8 +15,9 @@
 //     other types as unpack_levels() leaves them (unsigned);
 //   C (m x 16 int32): C[token][row] = the unit's dot product, then stored and read back as
 //     one 16-row vector per token, the lane layout of the AVX-512 accumulators.
-// Two sets of tiles alternate between units so that one unit's multiply overlaps the
-// previous unit's store and float work.
+// Units run through a pipeline of tiles (TilePipe): two A/B pairs and four C tiles, so that
+// a unit's multiply, the previous unit's store and the float work of the unit before that
+// overlap instead of waiting on each other.
 //
 // The kernels are written against a tile "machine" (a template parameter): HwTiles issues
 // the instructions; EmuTiles (below) executes them in software, so the tile code — shapes,
@@ -172,17 +176,19 @@ struct EmuTiles {
 constexpr int kTok = 16;
 
 // Loads the configuration for m tokens and units of k_bytes columns, unless this thread
-// has it loaded already: tiles 3s (A), 3s+1 (B), 3s+2 (C) of set s = 0, 1.
+// has it loaded already: tiles 0, 1 (A), 2, 3 (B), 4..7 (C).
 template <class P>
 void configure(int m, int k_bytes) {
   TileConfig c;
   for (int s = 0; s < 2; ++s) {
-    c.rows[3 * s] = uint8_t(m);
-    c.colsb[3 * s] = uint16_t(k_bytes);
-    c.rows[3 * s + 1] = uint8_t(k_bytes / 4);
-    c.colsb[3 * s + 1] = 64;
-    c.rows[3 * s + 2] = uint8_t(m);
-    c.colsb[3 * s + 2] = 64;
+    c.rows[s] = uint8_t(m);
+    c.colsb[s] = uint16_t(k_bytes);
+    c.rows[2 + s] = uint8_t(k_bytes / 4);
+    c.colsb[2 + s] = 64;
+  }
+  for (int s = 4; s < 8; ++s) {
+    c.rows[s] = uint8_t(m);
+    c.colsb[s] = 64;
   }
   thread_local TileConfig loaded;
   thread_local bool have = false;
@@ -192,22 +198,57 @@ void configure(int m, int k_bytes) {
   have = true;
 }
 
-// One unit on tile set S: c (m x 16 int32, 64-byte rows) = a (m tokens, a_stride apart) . b.
-template <class P, int S, bool kSignedB>
-TS_INLINE void unit_dot(const int8_t* a, int64_t a_stride, const uint8_t* b, int32_t* c) {
-  P::template zero<3 * S + 2>();
-  P::template load<3 * S>(a, a_stride);
-  P::template load<3 * S + 1>(b, 64);
-  P::template dp<3 * S + 2, 3 * S, 3 * S + 1, kSignedB>();
-  P::template store<3 * S + 2>(c, 64);
-}
+// The units of a group, in order, through the tiles: unit u multiplies into C tile u & 3
+// from A and B tiles u & 1, and its result is stored one issue later, after the next
+// unit's multiply has been issued. A tile multiply's result is far from ready when it is
+// issued, and a tile store must land in memory before the vector code can read it (no
+// store forwarding): storing at once and reading the unit before would stall every unit on
+// the whole chain. Here a unit's multiply has one unit of tile and vector work to
+// complete behind it before its store, and its store another before its result is read:
+// callers read a unit's result only after issuing (or flushing) the unit after it.
 template <class P, bool kSignedB>
-TS_INLINE void unit_dot(int set, const int8_t* a, int64_t a_stride, const uint8_t* b, int32_t* c) {
-  if (set == 0)
-    unit_dot<P, 0, kSignedB>(a, a_stride, b, c);
-  else
-    unit_dot<P, 1, kSignedB>(a, a_stride, b, c);
-}
+class TilePipe {
+ public:
+  // Multiplies unit u = this call's ordinal (a: m tokens, a_stride apart; b: the B tile),
+  // then stores the unit before it. `dst`: where this unit's m x 16 int32 go (64-byte rows).
+  TS_INLINE void issue(const int8_t* a, int64_t a_stride, const uint8_t* b, int32_t* dst) {
+    switch (u_ & 3) {
+      case 0: multiply<0>(a, a_stride, b); break;
+      case 1: multiply<1>(a, a_stride, b); break;
+      case 2: multiply<2>(a, a_stride, b); break;
+      default: multiply<3>(a, a_stride, b); break;
+    }
+    store_last();
+    last_ = dst;
+    ++u_;
+  }
+  // Stores the last unit issued (before its result is read, when no unit follows it).
+  TS_INLINE void flush() {
+    store_last();
+    last_ = nullptr;
+  }
+
+ private:
+  template <int U>
+  static TS_INLINE void multiply(const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    constexpr int kA = U & 1, kB = 2 + (U & 1), kC = 4 + U;
+    P::template zero<kC>();
+    P::template load<kA>(a, a_stride);
+    P::template load<kB>(b, 64);
+    P::template dp<kC, kA, kB, kSignedB>();
+  }
+  TS_INLINE void store_last() {
+    if (!last_) return;
+    switch ((u_ - 1) & 3) {
+      case 0: P::template store<4>(last_, 64); break;
+      case 1: P::template store<5>(last_, 64); break;
+      case 2: P::template store<6>(last_, 64); break;
+      default: P::template store<7>(last_, 64); break;
+    }
+  }
+  int64_t u_ = 0;
+  int32_t* last_ = nullptr;
+};
 
 TS_INLINE __m512 load_half16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -256,13 +297,22 @@ void group32(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Grou
   __m512 acc[kTok];
   zero(acc);
   const int8_t* a = gr.a();
+  TilePipe<P, kSigned> pipe;
   auto dot = [&](int64_t b) {
     const uint8_t* bt = kSigned ? panel + b * kG : levels + b * kUnpacked32;
-    unit_dot<P, kSigned>(int(b & 1), a + 32 * b, act.tok_bytes, bt, cbuf[b & 1]);
+    pipe.issue(a + 32 * b, act.tok_bytes, bt, cbuf[b & 1]);
   };
   dot(0);
+  if (nb > 1)
+    dot(1);
+  else
+    pipe.flush();
   for (int64_t b = 0; b < nb; ++b) {
-    if (b + 1 < nb) dot(b + 1);  // the next unit's tiles run while this one's floats do
+    // Two units ahead: unit b + 2 multiplies, unit b + 1 is stored, unit b is read.
+    if (b + 2 < nb)
+      dot(b + 2);
+    else if (b + 1 < nb)
+      pipe.flush();
     const uint8_t* g = panel + b * kG;
     const int32_t* c = cbuf[b & 1];
     const __m512 dw = load_half16(g + d_offset32<W>());
@@ -295,14 +345,19 @@ void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
   __m512 acc[kTok];
   zero(acc);
   const int8_t* a = gr.a();
+  TilePipe<P, false> pipe;
   auto dots = [&](int64_t sb) {
     for (int j = 0; j < 8; ++j)
-      unit_dot<P, false>(j & 1, a + 256 * sb + 32 * j, act.tok_bytes, levels + sb * kUnpackedK + 512 * j,
-                         cbufs[sb & 1][j]);
+      pipe.issue(a + 256 * sb + 32 * j, act.tok_bytes, levels + sb * kUnpackedK + 512 * j, cbufs[sb & 1][j]);
   };
   dots(0);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    if (sb + 1 < nsb) dots(sb + 1);  // the next block's tiles run while this one's integer work does
+    // The next block's tiles run while this one's integer work does; its first issue
+    // stores this block's last unit.
+    if (sb + 1 < nsb)
+      dots(sb + 1);
+    else
+      pipe.flush();
     const uint8_t* g = panel + sb * kG;
     const auto& cbuf = cbufs[sb & 1];
     __m512i sc[8];
@@ -333,61 +388,22 @@ void group_k45(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const G
   gr.store(acc, m);
 }
 
-// Q6_K: 16 sub-blocks of 16 columns (units of K = 16), levels q + 32 unsigned, the
-// activations' -32 * sum per 16 added, then tile_q6_kx's arithmetic.
-template <class P, int M>
-void group_q6k(const uint8_t* panel, const uint8_t* levels, int64_t nsb, const Group& gr) {
-  const int m = M ? M : gr.m;
-  const Act& act = gr.act;
-  alignas(64) int32_t cbufs[2][16][kTok * 16];
-  __m512 acc[kTok];
-  zero(acc);
-  const int8_t* a = gr.a();
-  auto dots = [&](int64_t sb) {
-    const uint8_t* lv = levels + sb * kUnpackedK;
-    for (int j = 0; j < 16; ++j) {
-      // Sub-block j = 8n + 2q + hh + 4half sits at vector 16 (2n + q) + 8 hh + 4 half.
-      const int n = j / 8, q = (j / 2) & 1, hh = j & 1, half = (j / 4) & 1;
-      unit_dot<P, false>(j & 1, a + 256 * sb + 16 * j, act.tok_bytes, lv + 64 * (16 * (2 * n + q) + 8 * hh + 4 * half),
-                         cbufs[sb & 1][j]);
-    }
-  };
-  dots(0);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    if (sb + 1 < nsb) dots(sb + 1);
-    const uint8_t* g = panel + sb * pq6_k::kBytes;
-    const auto& cbuf = cbufs[sb & 1];
-    const __m512 d = load_half16(g + pq6_k::kD);
-    TS_UNROLL
-    for (int i = 0; i < kTok; ++i) {
-      if (i >= m) break;
-      const int32_t* corr = act.at(act.corr, gr.t + i) + 16 * sb;
-      __m512i isum = _mm512_setzero_si512();
-      for (int j = 0; j < 16; ++j) {
-        const __m512i sc =
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j)));
-        const __m512i s = _mm512_add_epi32(load_c(cbuf[j] + 16 * i), _mm512_set1_epi32(corr[j]));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s, sc));
-      }
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                               _mm512_mul_ps(d, _mm512_set1_ps(act.at(act.d, gr.t + i)[sb])), acc[i]);
-    }
-  }
-  gr.store(acc, m);
-}
-
 template <DType W, class P, int M>
 void group(const uint8_t* panel, const uint8_t* levels, int64_t nb, const Group& gr) {
   if constexpr (W == DType::Q4_K || W == DType::Q5_K)
     group_k45<W, P, M>(panel, levels, nb, gr);
-  else if constexpr (W == DType::Q6_K)
-    group_q6k<P, M>(panel, levels, nb, gr);
   else
     group32<W, P, M>(panel, levels, nb, gr);
 }
 
-// Fewer tokens than this go to the VNNI tiles (a tile multiply of few rows does little).
-constexpr int kMinTokens = kTok;
+// Fewer tokens than this go to the VNNI tiles. Measured on a Xeon with AMX
+// (docs/BENCHMARKS.md, AMX): Q8_0 multiplies its panel as it is and gains from one group of
+// 16 tokens on; the other types first unpack the panel's levels, which pays off from two
+// groups on (at 16 tokens they were 0.9-1.0x the VNNI kernels, at 32 1.15-1.25x).
+template <DType W>
+constexpr int min_tokens() {
+  return W == DType::Q8_0 ? kTok : 2 * kTok;
+}
 
 template <class P>
 bool verified();
@@ -395,7 +411,7 @@ bool verified();
 // The tile kernel proper (gemm() checks verified() first).
 template <DType W, class P>
 void run(const uint8_t* panel, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
-  constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
+  constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K;
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
   const uint8_t* levels = nullptr;
   if constexpr (W != DType::Q8_0) {
@@ -403,7 +419,7 @@ void run(const uint8_t* panel, int n_rows, const Act& act, int t0, int nt, float
     avx512::unpack_levels(W, panel, nb, buf);
     levels = buf;
   }
-  const int k_bytes = W == DType::Q6_K ? 16 : 32;
+  constexpr int k_bytes = 32;
   for (int t = t0; t < t0 + nt; t += kTok) {
     const Group gr{act, t, std::min(kTok, t0 + nt - t), y, ys, n_rows};
     configure<P>(gr.m, k_bytes);
@@ -416,7 +432,7 @@ void run(const uint8_t* panel, int n_rows, const Act& act, int t0, int nt, float
 
 template <DType W, class P>
 void gemm(const uint8_t* panel, int64_t rb, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
-  if (nt < kMinTokens || !verified<P>()) return avx512::quant_gemm(W)(panel, rb, n_rows, act, t0, nt, y, ys);
+  if (nt < min_tokens<W>() || !verified<P>()) return avx512::quant_gemm(W)(panel, rb, n_rows, act, t0, nt, y, ys);
   run<W, P>(panel, n_rows, act, t0, nt, y, ys);
 }
 
@@ -446,15 +462,12 @@ PanelGemmFn quant_gemm_of(DType t) {
       return pick.template operator()<DType::Q4_K>();
     case DType::Q5_K:
       return pick.template operator()<DType::Q5_K>();
-    case DType::Q6_K:
-      return pick.template operator()<DType::Q6_K>();
     default:
       return nullptr;
   }
 }
 
-constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                            DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K};
 
 // Once per process and tile machine, before the first tile multiply: the tile kernel of
 // every type against the VNNI one on a panel of random weights and 16 + 3 tokens. This

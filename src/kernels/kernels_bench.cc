@@ -255,7 +255,7 @@ void register_all() {
                              Shape{"640x2048", 640, 2048}}) {
         if (s.cols % traits(t).block_size != 0) continue;
         if (s.rows == 640 && traits(t).block_size != 256) continue;
-        for (int n_tok : {16, 128, 512}) {
+        for (int n_tok : {16, 32, 128, 512}) {
           if (s.rows == kShapes[4].rows && (n_tok != 16 || (t != DType::Q8_0 && t != DType::Q5_0))) continue;
           for (int threads : {1, 2}) {
             const std::string name = std::string("matmul/") + dtype_name(t) + "/" + isa_name(isa) + "/" +

@@ -8,7 +8,9 @@
 
 #include "core/fp16.h"
 #include "core/rng.h"
+#include "act.h"
 #include "gemm_amx.h"
+#include "quant_blocks.h"
 #include "kernels/traits.h"
 
 namespace ts::kernels::testing {
@@ -80,10 +82,38 @@ inline std::vector<uint8_t> random_rows(Rng& rng, DType t, int64_t n_rows, int64
 }
 
 // The activation row x converted to the vec_dot_type of weight type t.
+// Activations of n floats as vec_dot takes them for weight type t, quantized the way the
+// engine quantizes them (act.h): Q8_0 and Q8_1 with llama.cpp's x86 rounding (127 / amax,
+// round half to even), which differs from its reference quantizer (ref::from_float:
+// 1 / d, round half away) on values near a rounding boundary.
 inline std::vector<uint8_t> convert_act(DType t, const float* x, int64_t n) {
   const DType vdt = traits(t).vec_dot_type;
   std::vector<uint8_t> out(static_cast<size_t>(row_bytes(vdt, n)));
-  ref::from_float(vdt, x, out.data(), n);
+  if (vdt != DType::Q8_0 && vdt != DType::Q8_1) {
+    ref::from_float(vdt, x, out.data(), n);
+    return out;
+  }
+  const int64_t nb = n / kQK;
+  std::vector<int8_t> qs(static_cast<size_t>(n));
+  std::vector<float> d(static_cast<size_t>(nb)), s(static_cast<size_t>(nb));
+  std::vector<int32_t> corr(static_cast<size_t>(nb));
+  const ActRowFns& f = act_row_fns(Isa::kScalar);
+  if (vdt == DType::Q8_0) {
+    f.q8_0(x, n, 0, qs.data(), d.data(), corr.data());
+    auto* b = reinterpret_cast<BlockQ8_0*>(out.data());
+    for (int64_t i = 0; i < nb; ++i) {
+      b[i].d = f32_to_fp16(d[size_t(i)]);
+      std::memcpy(b[i].qs, qs.data() + i * kQK, kQK);
+    }
+  } else {
+    f.q8_1(x, n, qs.data(), d.data(), s.data());
+    auto* b = reinterpret_cast<BlockQ8_1*>(out.data());
+    for (int64_t i = 0; i < nb; ++i) {
+      b[i].d = f32_to_fp16(d[size_t(i)]);
+      b[i].s = f32_to_fp16(s[size_t(i)]);
+      std::memcpy(b[i].qs, qs.data() + i * kQK, kQK);
+    }
+  }
   return out;
 }
 
