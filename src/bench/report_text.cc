@@ -103,6 +103,10 @@ json record_json(const RequestRecord& r) {
             {"server_ttft_ms", jnum(r.server_ttft_ms)},
             {"token_ms", tokens}};
   if (r.preemptions >= 0) j["preemptions"] = r.preemptions;
+  if (r.steps_behind >= 0) {
+    j["steps_behind"] = r.steps_behind;
+    j["steps_behind_after_max_wait"] = r.steps_behind_after_max_wait;
+  }
   if (!std::isnan(r.retry_after_s)) j["retry_after_s"] = r.retry_after_s;
   if (!r.error_detail.empty()) j["error_detail"] = r.error_detail;
   if (!r.error_code.empty()) j["error_code"] = r.error_code;

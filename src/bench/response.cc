@@ -88,6 +88,9 @@ void ResponseReader::read_object(const void* p) {
     if (auto f = t.find("queue_ms"); f != t.end() && f->is_number()) rec_->server_queue_ms = f->get<double>();
     if (auto f = t.find("ttft_ms"); f != t.end() && f->is_number()) rec_->server_ttft_ms = f->get<double>();
     if (auto f = t.find("preemptions"); f != t.end() && f->is_number_integer()) rec_->preemptions = f->get<int>();
+    if (auto f = t.find("steps_behind"); f != t.end() && f->is_number_integer()) rec_->steps_behind = f->get<int>();
+    if (auto f = t.find("steps_behind_after_max_wait"); f != t.end() && f->is_number_integer())
+      rec_->steps_behind_after_max_wait = f->get<int>();
   }
   if (auto it = j.find("error"); it != j.end() && !it->is_null()) {
     stream_error_ = it->is_object() && it->contains("message") && (*it)["message"].is_string()

@@ -65,6 +65,18 @@ std::vector<MetricDef> build() {
   d[idx(Metric::kHttpConnectionsRejected)] = {"tierserve_http_connections_rejected_total",
                                               "Connections answered 503 because http.max_connections were open.",
                                               T::kCounter, {}, {}};
+  d[idx(Metric::kWaitBound)] = {"tierserve_wait_bound_seconds",
+                                "The longest an admitted request of an interrupting tier waits behind the other tiers' "
+                                "work: its max queue wait, then one step of the budget (from the measured step cost).",
+                                T::kGauge, {"tier"}, {}};
+  d[idx(Metric::kStepsForcedExclusive)] = {"tierserve_steps_forced_exclusive_total",
+                                           "Steps a promoted request of an interrupting tier took for itself although "
+                                           "its tier was past its share of the window (its max wait was over).",
+                                           T::kCounter, {}, {}};
+  d[idx(Metric::kStepCost)] = {"tierserve_step_cost_seconds",
+                               "The measured cost model of an engine step: per step (fixed), per token computed "
+                               "(token) and per output row (output), calibrated at start and kept current.",
+                               T::kGauge, {"part"}, {}};
   return d;
 }
 

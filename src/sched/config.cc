@@ -33,6 +33,32 @@ std::string to_string(const OnTimeout& t) {
   return "?";
 }
 
+Result<OnPredictedWait> parse_on_predicted_wait(std::string_view s) {
+  OnPredictedWait t;
+  constexpr std::string_view kDown = "downgrade:";
+  if (s == "admit") {
+    t.action = PredictedWaitAction::kAdmit;
+  } else if (s == "reject") {
+    t.action = PredictedWaitAction::kReject;
+  } else if (s.substr(0, kDown.size()) == kDown && s.size() > kDown.size()) {
+    t.action = PredictedWaitAction::kDowngrade;
+    t.target = std::string(s.substr(kDown.size()));
+  } else {
+    return invalid_argument("on_predicted_wait '" + std::string(s) + "': expected admit, reject or downgrade:<tier>");
+  }
+  return t;
+}
+
+std::string to_string(const OnPredictedWait& t) {
+  switch (t.action) {
+    case PredictedWaitAction::kFollowTimeout: return "";
+    case PredictedWaitAction::kAdmit: return "admit";
+    case PredictedWaitAction::kReject: return "reject";
+    case PredictedWaitAction::kDowngrade: return "downgrade:" + t.target;
+  }
+  return "?";
+}
+
 Result<QueueKind> parse_queue_kind(std::string_view s) {
   if (s == "fcfs") return QueueKind::kFcfs;
   if (s == "shortest_prompt_first") return QueueKind::kShortestPromptFirst;
@@ -48,6 +74,7 @@ SchedConfig default_config() {
   fast.borrow = true;
   fast.max_queue_wait_ms = 200;
   fast.on_timeout = {TimeoutAction::kPromote, ""};
+  fast.on_predicted_wait = {PredictedWaitAction::kDowngrade, "standard"};
   fast.speculative = true;
   fast.burst_tokens = 512;
   fast.interrupt = true;
@@ -105,7 +132,9 @@ ConfigError err(ConfigErrorCode c, const std::string& tier, std::string msg) { r
 std::optional<ConfigError> check_config(const SchedConfig& cfg) {
   using C = ConfigErrorCode;
   if (cfg.tiers.empty()) return err(C::kNoTiers, "", "at least one tier is needed");
-  if (cfg.step_token_budget < 1) return err(C::kBadLimit, "", "step_token_budget must be >= 1");
+  if (cfg.step_token_budget < 0) return err(C::kBadLimit, "", "step_token_budget must be >= 1 (0: derived)");
+  if (!(cfg.max_segment_ms > 0) || !std::isfinite(cfg.max_segment_ms))
+    return err(C::kBadLimit, "", "max_segment_ms must be > 0");
   if (cfg.max_chunk_tokens < 0) return err(C::kBadLimit, "", "max_chunk_tokens must be >= 0");
   if (cfg.kv_blocks_total < 1 || cfg.kv_block_size < 1) return err(C::kBadLimit, "", "KV blocks and block size must be >= 1");
   if (cfg.max_queued_requests_total < 0 || cfg.max_queued_tokens_total < 0)
@@ -126,11 +155,12 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
       return err(C::kShareOutOfRange, t.name, "share_min and share_max must be in [0, 1]");
     if (t.share_min > t.share_max) return err(C::kShareMinAboveMax, t.name, "share_min > share_max");
     if (t.max_queue_wait_ms < 0 || t.max_queued_requests < 0 || t.max_queued_tokens < 0 || t.max_batch < 1 ||
-        t.preemption_budget < 0 || t.burst_tokens < 0)
-      return err(C::kBadLimit, t.name, "queue limits, budgets and burst_tokens must be >= 0, max_batch >= 1");
+        t.preemption_budget < 0 || t.burst_tokens < -1)
+      return err(C::kBadLimit, t.name,
+                 "queue limits and budgets must be >= 0, burst_tokens >= 0 (-1: derived), max_batch >= 1");
     // A tier that does not borrow never gets more than its cap, even alone: a cap that
     // rounds to 0 tokens of the step budget would leave its requests waiting forever.
-    if (!t.borrow && share_units(std::max(t.share_min, t.share_max), cfg.step_token_budget) < 1)
+    if (!t.borrow && cfg.step_token_budget > 0 && share_units(std::max(t.share_min, t.share_max), cfg.step_token_budget) < 1)
       return err(C::kCapBelowOneToken, t.name,
                  "share_max x step_token_budget (" + std::to_string(t.share_max) + " x " +
                      std::to_string(cfg.step_token_budget) +
@@ -160,6 +190,18 @@ std::optional<ConfigError> check_config(const SchedConfig& cfg) {
     if (t.on_timeout.action != TimeoutAction::kDowngrade) continue;
     if (by_name.at(t.on_timeout.target)->priority <= t.priority)
       return err(C::kDowngradeNotLower, t.name, "downgrade target '" + t.on_timeout.target + "' is not a lower tier");
+  }
+  // on_predicted_wait downgrades go strictly down too (a request moves at most once per
+  // tier at arrival, so this is all that keeps admission finite).
+  for (const TierConfig& t : cfg.tiers) {
+    if (t.on_predicted_wait.action != PredictedWaitAction::kDowngrade) continue;
+    auto it = by_name.find(t.on_predicted_wait.target);
+    if (it == by_name.end())
+      return err(C::kUnknownDowngradeTarget, t.name,
+                 "on_predicted_wait target '" + t.on_predicted_wait.target + "' is not a tier");
+    if (it->second->priority <= t.priority)
+      return err(C::kDowngradeNotLower, t.name,
+                 "on_predicted_wait target '" + t.on_predicted_wait.target + "' is not a lower tier");
   }
   return std::nullopt;
 }

@@ -42,6 +42,7 @@ struct Scheduler::StepCtx {
   int64_t reserve_total = 0;
   std::unordered_set<const Req*> in_plan;  // got tokens in this plan: never a victim
   bool exclusive = false;                  // make_exclusive(): interrupting tiers only
+  bool exclusive_forced = false;           // ... for a promoted request, past the window's limits
   std::vector<int64_t> entitled;           // min(floor, demand) per tier, before make_exclusive
 };
 
@@ -54,7 +55,9 @@ void Scheduler::observe_service_rates(int64_t now_ns) {
   const int64_t dt = now_ns - last_now_ns_;
   for (TierState& s : ts_) {
     s.rate.observe(dt, s.n_started, s.backlogged);
+    s.capped_rate.observe(dt, int32_t(std::min<int64_t>(s.n_tokens, INT32_MAX)), s.capped);
     s.n_started = 0;
+    s.n_tokens = 0;
   }
 }
 
@@ -321,16 +324,48 @@ void Scheduler::pack(StepCtx& c) {
 // a decode token costs a step far more than a prompt token, so counting computed tokens
 // would shrink the allowance exactly when decodes make steps slow.) KV rules are those
 // of the budget's tokens, without preemption: a burst never evicts others.
+// With a measured step cost the burst also stops where the step would take longer than the
+// tier's max wait (the step length in milliseconds on this machine, not only in tokens):
+// one exclusive step never holds the tier's next request past its max wait.
 void Scheduler::burst(StepCtx& c) {
+  // The predicted time of what is planned so far.
+  double planned_ns = cost_.fixed_ns;
+  if (cost_.measured())
+    for (const auto& tier : c.cands)
+      for (const Candidate& cand : tier) {
+        if (cand.skip || cand.planned <= 0) continue;
+        planned_ns += cost_.tokens_ns(cand.planned, cand.q->n_computed);
+        if (cand.q->n_computed + cand.planned == cand.q->n_known()) planned_ns += cost_.output_ns;
+      }
   for (TierId t = 0; t < c.n_tiers; ++t) {
     const TierConfig& tc = tiers_[size_t(t)].config();
     if (tc.burst_tokens <= 0) continue;
+    const double limit_ns = cost_.measured() && tc.max_queue_wait_ms > 0 ? double(tc.max_queue_wait_ms) * 1e6 : 1e30;
+    // The most tokens of `cand` beyond what it has that keep the step within limit_ns.
+    auto fits = [&](const Candidate& cand, int64_t n) {
+      if (!cost_.measured()) return n;
+      const int64_t ctx = cand.q->n_computed + cand.planned;
+      int64_t lo = 0, hi = n;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (planned_ns + cost_.tokens_ns(mid, ctx) <= limit_ns) lo = mid;
+        else hi = mid - 1;
+      }
+      return lo;
+    };
     const int64_t allowance = share_units(tc.share_max, c.budget * int64_t(window_.size()));
     int64_t left = std::min(tc.burst_tokens, allowance - window_sum_[size_t(t)] - c.planned[size_t(t)]);
+    // A promoted request's max wait is over: its burst does not wait for the allowance.
+    int64_t promoted_left = tc.burst_tokens;
     for (Candidate& cand : c.cands[size_t(t)]) {
-      if (left <= 0) break;
       if (cand.skip || cand.planned >= cand.want_burst) continue;
-      left -= place(c, cand, std::min(cand.want_burst - cand.planned, left), false);
+      int64_t& l = cand.q->promoted && promoted_left > left ? promoted_left : left;
+      if (l <= 0) continue;
+      const int64_t ctx = cand.q->n_computed + cand.planned;
+      const int64_t n = place(c, cand, fits(cand, std::min(cand.want_burst - cand.planned, l)), false);
+      if (n > 0 && cost_.measured()) planned_ns += cost_.tokens_ns(n, ctx);
+      left -= n;
+      promoted_left -= n;
     }
   }
 }
@@ -385,20 +420,60 @@ bool Scheduler::floors_allow_exclusive(const StepCtx& c) const {
 // 3b. An interrupting tier with prompt left (a new, resumed or partly computed prompt)
 // takes the step alone: the other tiers' candidates sit this step out. Their floors hold
 // over the window instead (may_run_exclusive bounds how many steps go this way).
+//     A promoted request of an interrupting tier (its max wait is over) is what bounds how
+//     long an admitted fast request waits behind the other tiers (wait_bound_ns): it gets
+//     this step to itself, or it is told now. When the window's limits refuse the step
+//     (the tier past its share, or another tier below its floor), its tier's
+//     on_predicted_wait rule acts on it at once: downgraded or refused, explicitly, reason
+//     queue_timeout. Only a tier whose rule is `admit` takes the step anyway, past the
+//     limits (the operator's choice; the step says so: exclusive_forced).
 void Scheduler::make_exclusive(StepCtx& c) {
   c.entitled.resize(size_t(c.n_tiers));
   for (size_t t = 0; t < size_t(c.n_tiers); ++t) c.entitled[t] = std::min(c.tok_floor[t], c.demand[t]);
-  bool any = false;
-  for (TierId t = 0; t < c.n_tiers && !any; ++t) {
-    if (!may_run_exclusive(t, c.budget)) continue;
-    for (const Candidate& cand : c.cands[size_t(t)])
-      if (cand.q->state == RequestState::kQueued || cand.q->remaining() > 1) {
-        any = true;
-        break;
-      }
+  bool any = false, promoted = false;
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    if (!tiers_[size_t(t)].config().interrupt) continue;
+    const bool allowed = may_run_exclusive(t, c.budget);
+    for (const Candidate& cand : c.cands[size_t(t)]) {
+      const bool prompt_left = cand.q->state == RequestState::kQueued || cand.q->remaining() > 1;
+      if (!prompt_left) continue;
+      any = any || allowed;
+      promoted = promoted || cand.q->promoted;
+    }
   }
-  if (!any || !floors_allow_exclusive(c)) return;
+  if (any && !floors_allow_exclusive(c)) any = false;
+  bool forced = false;
+  if (!any && promoted) {
+    for (TierId t = 0; t < c.n_tiers; ++t) {
+      const TierPolicy& p = tiers_[size_t(t)];
+      if (!p.config().interrupt) continue;
+      const Move m = p.at_predicted_wait();
+      for (Candidate& cand : c.cands[size_t(t)]) {
+        Req& q = *cand.q;
+        if (cand.skip || !q.promoted || q.started) continue;
+        if (m.kind == Move::kStay) {
+          forced = true;
+          continue;
+        }
+        cand.skip = true;
+        c.demand[size_t(t)] -= cand.want;
+        const std::string why = "waited " + std::to_string((c.now_ns - q.enqueued_ns) / 1'000'000) + " ms on tier '" +
+                                p.name() + "' (max " + std::to_string(p.config().max_queue_wait_ms) +
+                                " ms) and the tier is past its share";
+        if (m.kind == Move::kReject) {
+          end(q.r.id, EventKind::kRejected, Reason::kQueueTimeout, why);
+          continue;
+        }
+        dequeue(q);
+        q.promoted = false;
+        enqueue(q, m.tier, false, c.now_ns);
+        emit(EventKind::kDowngraded, q, t, Reason::kQueueTimeout, why + "; moved to tier '" + tiers_[size_t(m.tier)].name() + "'");
+      }
+    }
+  }
+  if (!any && !forced) return;
   c.exclusive = true;
+  c.exclusive_forced = !any;
   for (TierId t = 0; t < c.n_tiers; ++t) {
     if (tiers_[size_t(t)].config().interrupt) continue;
     c.cands[size_t(t)].clear();
@@ -568,6 +643,15 @@ Plan Scheduler::schedule(int64_t now_ns) {
   plan.token_budget = c.budget;
   finish_plan(c, plan);
   plan.exclusive = c.exclusive;
+  plan.exclusive_forced = c.exclusive_forced;
+  // The interrupting tiers past their share with prompt work left: what they compute until
+  // the next plan is their rate at their share (capped_rate, for predicted waits).
+  for (TierId t = 0; t < c.n_tiers; ++t) {
+    TierState& s = ts_[size_t(t)];
+    s.capped = false;
+    if (!tiers_[size_t(t)].config().interrupt || may_run_exclusive(t, c.budget)) continue;
+    s.capped = prompt_work_ahead(t) > 0;
+  }
   if (!c.exclusive) {
     bool interrupter_prompt = false, may_interrupt = false;
     for (const PlanEntry& e : plan.entries)

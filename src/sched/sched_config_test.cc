@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "sched/config.h"
+#include "sched/scheduler.h"
 #include "sched/queue_policy.h"
 #include "sched/shares.h"
 #include "sched/tier_policy.h"
@@ -74,8 +75,20 @@ TEST(Config, EveryErrorIsTyped) {
   c.tiers[0].max_batch = 0;
   EXPECT_EQ(code_of(c), C::kBadLimit);
   c = default_config();
-  c.step_token_budget = 0;
+  c.step_token_budget = -1;
   EXPECT_EQ(code_of(c), C::kBadLimit);
+  c.step_token_budget = 0;  // derived by the serving layer from the measured step cost
+  EXPECT_EQ(code_of(c), std::nullopt);
+  EXPECT_FALSE(Scheduler::create(c).is_ok());  // ... which must resolve it first
+  c.max_segment_ms = 0;
+  EXPECT_EQ(code_of(c), C::kBadLimit);
+  c = default_config();
+  c.tiers[0].on_predicted_wait = {PredictedWaitAction::kDowngrade, "nope"};
+  EXPECT_EQ(code_of(c), C::kUnknownDowngradeTarget);
+  c.tiers[0].on_predicted_wait = {PredictedWaitAction::kDowngrade, "ultrafast"};
+  EXPECT_EQ(code_of(c), C::kDowngradeNotLower);
+  c.tiers[0].on_predicted_wait = {PredictedWaitAction::kDowngrade, "batch"};
+  EXPECT_EQ(code_of(c), std::nullopt);
   c = default_config();  // 0.01 x 64 < 1 token, no borrowing: could never run
   c.tiers[2].share_min = 0.0;
   c.tiers[2].share_max = 0.01;
@@ -105,6 +118,15 @@ TEST(Config, ParseOnTimeout) {
   EXPECT_FALSE(parse_on_timeout("downgrade:").is_ok());
   EXPECT_FALSE(parse_on_timeout("drop").is_ok());
   EXPECT_FALSE(parse_queue_kind("lifo").is_ok());
+  EXPECT_EQ(parse_on_predicted_wait("admit")->action, PredictedWaitAction::kAdmit);
+  EXPECT_EQ(parse_on_predicted_wait("reject")->action, PredictedWaitAction::kReject);
+  auto p = parse_on_predicted_wait("downgrade:standard");
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_EQ(p->target, "standard");
+  EXPECT_EQ(to_string(*p), "downgrade:standard");
+  EXPECT_EQ(to_string(OnPredictedWait{}), "");
+  EXPECT_FALSE(parse_on_predicted_wait("promote").is_ok());
+  EXPECT_FALSE(parse_on_predicted_wait("downgrade:").is_ok());
 }
 
 TEST(Shares, FloorsFirstThenPriorityWithinCapsThenLend) {

@@ -7,18 +7,25 @@
 
 #include "core/check.h"
 #include "kv/blocks.h"
+#include "sched/shares.h"
 
 namespace ts::sched {
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedConfig& cfg) {
   TS_RETURN_IF_ERROR(validate_config(cfg));
+  if (cfg.step_token_budget < 1)
+    return invalid_argument("bad_limit: step_token_budget 0 (derived) must be resolved before the scheduler starts");
+  for (const TierConfig& t : cfg.tiers)
+    if (t.burst_tokens < 0)
+      return invalid_argument("bad_limit: tier '" + t.name + "': burst_tokens -1 (derived) must be resolved first");
   return std::unique_ptr<Scheduler>(new Scheduler(cfg));
 }
 
 Scheduler::Scheduler(const SchedConfig& cfg)
     : cfg_(cfg), tiers_(make_tier_policies(cfg)), kv_total_(cfg.kv_blocks_total), kv_available_(cfg.kv_blocks_total) {
   const int64_t window_ns = cfg.service_rate_window_ms * 1'000'000;
-  for (const TierPolicy& t : tiers_) ts_.push_back(TierState{t.make_queue(), {}, 0, 0, ServiceRate(window_ns), 0, false});
+  for (const TierPolicy& t : tiers_)
+    ts_.push_back(TierState{t.make_queue(), {}, 0, 0, ServiceRate(window_ns), 0, false, ServiceRate(window_ns), 0, false});
 }
 
 std::optional<TierId> Scheduler::find_tier(std::string_view name) const {
@@ -27,16 +34,76 @@ std::optional<TierId> Scheduler::find_tier(std::string_view name) const {
   return std::nullopt;
 }
 
-std::optional<int64_t> Scheduler::predicted_wait_ns(TierId t) const {
-  return ts_[size_t(t)].rate.wait_ns(int64_t(ts_[size_t(t)].queue->size()));
+int64_t Scheduler::prompt_work_ahead(TierId t) const {
+  const TierState& s = ts_[size_t(t)];
+  int64_t ahead = s.queued_tokens;
+  for (RequestId id : s.running) {
+    const Req& q = reqs_.at(id);
+    if (q.remaining() > 1) ahead += q.remaining() - 1;
+  }
+  return ahead;
+}
+
+std::optional<int64_t> Scheduler::predicted_wait_ns(TierId t, int64_t n_prompt) const {
+  const TierPolicy& p = tiers_[size_t(t)];
+  const TierState& s = ts_[size_t(t)];
+  if (!p.config().interrupt || !cost_.measured()) return s.rate.wait_ns(int64_t(s.queue->size()));
+  n_prompt = std::max<int64_t>(n_prompt, 1);
+  // The tier's prompt work ahead and this prompt, at full speed (the step cost model).
+  double work_ns = cost_.tokens_ns(n_prompt, 0);
+  const double own_ns = work_ns;
+  int64_t work_tokens = n_prompt;
+  for (const QueueItem& it : s.queue->items()) {
+    const Req& q = reqs_.at(it.id);
+    work_ns += cost_.tokens_ns(q.remaining(), q.n_computed);
+    work_tokens += q.remaining();
+  }
+  for (RequestId id : s.running) {
+    const Req& q = reqs_.at(id);
+    if (q.remaining() <= 1) continue;
+    work_ns += cost_.tokens_ns(q.remaining() - 1, q.n_computed);
+    work_tokens += q.remaining() - 1;
+  }
+  // What the tier may still compute at full speed: its allowance left in the window (a
+  // bursting tier's share of the window's budget), while exclusive steps are left.
+  const TierConfig& tc = p.config();
+  const int64_t budget = cfg_.step_token_budget;
+  const int64_t w = window_.empty() ? cfg_.share_window_steps : int64_t(window_.size());
+  const int64_t sum = window_sum_.empty() ? 0 : window_sum_[size_t(t)];
+  int64_t full = 0;
+  if (n_exclusive_ < share_units(tc.share_max, w))
+    full = tc.burst_tokens > 0 ? std::max<int64_t>(0, share_units(tc.share_max, budget * w) - sum)
+                               : (share_units(tc.share_max, w) - n_exclusive_) * budget;
+  const double f = std::min(1.0, double(full) / double(work_tokens));
+  // Beyond it, the rate at its share: measured while the tier was capped, else its share
+  // of the full speed.
+  double at_share_ns = (1.0 - f) * work_ns / std::max(tc.share_max, 1e-3);
+  if (auto r = s.capped_rate.starts_per_s(); r && *r > 1e-9)
+    at_share_ns = std::max((1.0 - f) * work_ns, (1.0 - f) * double(work_tokens) / *r * 1e9);
+  const double wait = cost_.segment_ns(budget, 0) + f * work_ns + at_share_ns - own_ns;
+  return int64_t(std::max(0.0, wait));
+}
+
+std::optional<int64_t> Scheduler::wait_bound_ns(TierId t) const {
+  const TierPolicy& p = tiers_[size_t(t)];
+  if (!p.config().interrupt || !cost_.measured() || p.max_wait_ns() <= 0) return std::nullopt;
+  int64_t rows = 0;  // the decode rows of the other tiers a step may carry
+  for (const TierPolicy& u : tiers_)
+    if (!u.config().interrupt) rows += u.config().max_batch;
+  const int64_t budget = cfg_.step_token_budget;
+  // After its max wait the request is promoted and the next step is its own; the step in
+  // flight then is a step of the budget (other tiers), or one of its own tier's exclusive
+  // steps, which burst() keeps within the max wait.
+  return p.max_wait_ns() + std::max(p.max_wait_ns(), int64_t(cost_.step_ns(budget, std::min(rows, budget))));
 }
 
 std::optional<RequestInfo> Scheduler::info(RequestId id) const {
   auto it = reqs_.find(id);
   if (it == reqs_.end()) return std::nullopt;
   const Req& q = it->second;
-  return RequestInfo{q.requested, q.served,   q.state,    q.started,       q.promoted,
-                     q.n_computed, q.n_generated, q.n_blocks, q.n_preemptions, q.arrival_ns};
+  return RequestInfo{q.requested,     q.served,     q.state,        q.started,       q.promoted,
+                     q.n_computed,    q.n_generated, q.n_blocks,     q.n_preemptions, q.arrival_ns,
+                     q.steps_behind,  q.steps_behind_late};
 }
 
 int32_t Scheduler::kv_in_use() const {
@@ -132,11 +199,11 @@ Decision Scheduler::submit(const Request& r, int64_t now_ns) {
              std::to_string(s.queued_tokens) + " tokens)";
       move = p.timeout_rule().at_admission(t);
       if (move->kind == Move::kStay) move = Move{Move::kReject, 0};  // a full queue takes nobody
-    } else if (auto wait = predicted_wait_ns(t); wait && p.max_wait_ns() > 0 && *wait > p.max_wait_ns()) {
+    } else if (auto wait = predicted_wait_ns(t, r.n_prompt_tokens); wait && p.max_wait_ns() > 0 && *wait > p.max_wait_ns()) {
       why = Reason::kPredictedWait;
       text = "predicted wait " + ms(*wait) + " on tier '" + p.name() + "' exceeds its " + ms(p.max_wait_ns());
-      move = p.timeout_rule().at_admission(t);
-      if (move->kind == Move::kStay) break;  // promotion will rescue it: admit here
+      move = p.at_predicted_wait();
+      if (move->kind == Move::kStay) break;  // admitted anyway (on_predicted_wait: admit, or promotion rescues it)
     } else {
       break;
     }
@@ -144,7 +211,7 @@ Decision Scheduler::submit(const Request& r, int64_t now_ns) {
       t = move->tier;  // downgrades go strictly down (validated), so this ends
       continue;
     }
-    const int64_t retry = predicted_wait_ns(t).value_or(1'000'000'000) / 1'000'000;
+    const int64_t retry = predicted_wait_ns(t, r.n_prompt_tokens).value_or(1'000'000'000) / 1'000'000;
     return reject(r, t, why, text, std::min<int64_t>(retry, 60'000));
   }
 
@@ -211,6 +278,21 @@ Status Scheduler::cancel(RequestId id) {
 Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
   std::unordered_map<RequestId, const PlanEntry*> planned;
   for (const PlanEntry& e : plan.entries) planned.emplace(e.id, &e);
+  // A step that ran with other tiers' work: every waiting request of an interrupting tier
+  // that was not in it waited behind it (promoted ones: after their max wait).
+  bool ran = false, others = false;
+  for (const RequestResult& rr : u.requests) ran = ran || rr.outcome == StepOutcome::kOk;
+  for (const PlanEntry& e : plan.entries) others = others || !tiers_[size_t(e.tier)].config().interrupt;
+  if (ran && others)
+    for (TierId t = 0; t < n_tiers(); ++t) {
+      if (!tiers_[size_t(t)].config().interrupt) continue;
+      for (const QueueItem& it : ts_[size_t(t)].queue->items()) {
+        Req& q = reqs_.at(it.id);
+        if (q.started || planned.count(q.r.id) || q.arrival_ns > plan.now_ns) continue;
+        ++q.steps_behind;
+        if (q.promoted) ++q.steps_behind_late;
+      }
+    }
   std::string unknown;
   bool no_room = false;
   int32_t freed = 0;  // blocks of requests ended here: serving frees them after the step
@@ -226,6 +308,9 @@ Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
     TierState& s = ts_[size_t(q.served)];
     switch (rr.outcome) {
       case StepOutcome::kOk: {
+        // Prompt work (a decode is one token of a running request): the capped rate is the
+        // rate at which the tier gets through prompts at its share.
+        if (pe->second->kind != EntryKind::kContinue || pe->second->n_tokens > 1) s.n_tokens += pe->second->n_tokens;
         if (q.state == RequestState::kQueued) {
           dequeue(q);
           q.state = RequestState::kRunning;

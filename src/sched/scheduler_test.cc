@@ -656,6 +656,54 @@ TEST(Scheduler, InterruptedStepIsPlannedAgain) {
 // other tiers still get their floors over the window (interrupted steps compute nothing,
 // so the scheduler must stop offering interruptible steps once the floors could not
 // afford the exclusive step that would follow).
+// Past its max wait a fast request gets the next step to itself, or it is told then: when
+// the window refuses the step (its tier past its share, or here, with a share that would
+// allow it, the standard floor over the window), its tier's on_predicted_wait downgrades
+// it at once (reason queue_timeout). No step with standard work is planned between a
+// promotion and the start of a request served on ultrafast, and standard is not starved.
+TEST(Scheduler, PromotedFastRequestTakesTheNextStepOrIsToldThen) {
+  SchedConfig c = interrupting();
+  c.tiers[0].max_queue_wait_ms = 50;
+  c.tiers[0].share_max = 0.9;  // its share allows exclusive steps; the standard floor does not
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  RequestId id = 1;
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 10, 100000), 0).accepted);
+  for (int i = 0; i < 5; ++i) run_step(*s, e, clock);
+  std::vector<RequestId> fast;
+  int n_promoted = 0, n_told = 0, n_started = 0, n_standard_steps = 0;
+  for (int step = 0; step < 300; ++step) {
+    for (int k = 0; k < 3; ++k) {  // three 300-token prompts per 10 ms step: far over its share
+      const Decision d = s->submit(req(id, 0, 300, 2), clock.now_ns());
+      if (d.accepted && d.tier_served == 0) fast.push_back(id);
+      ++id;
+    }
+    const Plan p = run_step(*s, e, clock);
+    EXPECT_FALSE(p.exclusive_forced);
+    n_standard_steps += p.tiers[1].tokens_planned > 0;
+    for (const Event& ev : p.events) {
+      n_promoted += ev.kind == EventKind::kPromoted;
+      if (ev.kind == EventKind::kDowngraded && ev.from_tier == 0) {
+        EXPECT_EQ(ev.reason, Reason::kQueueTimeout);
+        EXPECT_EQ(ev.to_tier, 1);
+        ++n_told;
+      }
+    }
+    for (RequestId f : fast) {
+      const auto info = s->info(f);
+      if (!info || !info->started || info->tier_served != 0) continue;
+      EXPECT_EQ(info->steps_behind_after_max_wait, 0) << "request " << f;
+    }
+    for (const PlanEntry& en : p.entries)
+      if (en.tier == 0 && en.kind == EntryKind::kStart) ++n_started;
+  }
+  EXPECT_GT(n_promoted, 0);
+  EXPECT_GT(n_told, 0);
+  EXPECT_GT(n_started, 10);
+  EXPECT_GT(n_standard_steps, 150) << "standard starved";
+}
+
 TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
   SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;

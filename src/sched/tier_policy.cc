@@ -7,13 +7,24 @@
 
 namespace ts::sched {
 
-TierPolicy::TierPolicy(const TierConfig& cfg, TierId id, TierId downgrade_target) : cfg_(cfg), id_(id) {
+TierPolicy::TierPolicy(const TierConfig& cfg, TierId id, TierId downgrade_target, TierId predicted_wait_target)
+    : cfg_(cfg), id_(id), predicted_wait_target_(predicted_wait_target) {
   switch (cfg.on_timeout.action) {
     case TimeoutAction::kPromote: rule_ = std::make_unique<PromoteRule>(); break;
     case TimeoutAction::kDowngrade: rule_ = std::make_unique<DowngradeRule>(downgrade_target); break;
     case TimeoutAction::kReject: rule_ = std::make_unique<RejectRule>(); break;
   }
   TS_CHECK(rule_ != nullptr);
+}
+
+Move TierPolicy::at_predicted_wait() const {
+  switch (cfg_.on_predicted_wait.action) {
+    case PredictedWaitAction::kFollowTimeout: return rule_->at_admission(id_);
+    case PredictedWaitAction::kAdmit: return {Move::kStay, 0};
+    case PredictedWaitAction::kReject: return {Move::kReject, 0};
+    case PredictedWaitAction::kDowngrade: return {Move::kToTier, predicted_wait_target_};
+  }
+  return {Move::kReject, 0};
 }
 
 int64_t TierPolicy::floor_of(int64_t capacity) const { return share_units(cfg_.share_min, capacity); }
@@ -34,8 +45,11 @@ std::vector<TierPolicy> make_tier_policies(const SchedConfig& cfg) {
   std::vector<TierPolicy> out;
   out.reserve(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    const TierId target = order[i]->on_timeout.action == TimeoutAction::kDowngrade ? rank(order[i]->on_timeout.target) : -1;
-    out.emplace_back(*order[i], TierId(i), target);
+    const TierConfig& t = *order[i];
+    const TierId target = t.on_timeout.action == TimeoutAction::kDowngrade ? rank(t.on_timeout.target) : -1;
+    const TierId pw_target =
+        t.on_predicted_wait.action == PredictedWaitAction::kDowngrade ? rank(t.on_predicted_wait.target) : -1;
+    out.emplace_back(t, TierId(i), target, pw_target);
   }
   return out;
 }

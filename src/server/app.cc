@@ -136,6 +136,8 @@ void App::stats(std::shared_ptr<Responder> out) const {
                       {"n_engine_seqs", s.n_engine_seqs},
                       {"n_steps", s.n_steps},
                       {"n_steps_interrupted", s.n_interrupted},
+                      {"n_steps_forced_exclusive", s.n_forced_exclusive},
+                      {"step_token_budget", s.step_token_budget},
                       {"speculative", {{"drafted", s.n_drafted}, {"accepted", s.n_draft_accepted}}},
                       {"kv",
                        {{"block_size", s.kv.block_size},
@@ -147,6 +149,18 @@ void App::stats(std::shared_ptr<Responder> out) const {
   if (connection_stats_) {
     const ConnectionStats c = connection_stats_();
     j["connections"] = {{"open", c.open}, {"max", c.max}, {"rejected", c.rejected}};
+  }
+  if (s.step_cost.measured()) {
+    j["step_cost"] = {{"fixed_ms", s.step_cost.fixed_ns / 1e6},
+                      {"token_ms", s.step_cost.token_ns / 1e6},
+                      {"output_ms", s.step_cost.output_ns / 1e6},
+                      {"pair_ns", s.step_cost.pair_ns},
+                      {"n_layers", s.step_cost.n_layers},
+                      {"scale", s.step_cost_scale},
+                      {"segment_ms", s.step_cost.segment_ns(s.step_token_budget, 0) / 1e6}};
+    nlohmann::json bounds = nlohmann::json::object();
+    for (const auto& [tier, ns] : s.wait_bound_ns) bounds[tier] = double(ns) / 1e6;
+    j["wait_bound_ms"] = bounds;
   }
   HttpResponse r;
   r.body = j.dump();

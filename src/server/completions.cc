@@ -186,6 +186,8 @@ struct Exchange {
         served.queue_ms = double(u.timings.queue_ns) / 1e6;
         served.ttft_ms = double(u.timings.ttft_ns) / 1e6;
         served.preemptions = std::max(served.preemptions, u.timings.n_preemptions);
+        served.steps_behind = u.timings.steps_behind;
+        served.steps_behind_after_max_wait = u.timings.steps_behind_after_max_wait;
         UsageInfo usage{u.usage.prompt_tokens, u.usage.completion_tokens, u.usage.cached_prompt_tokens};
         release(u.usage.completion_tokens, false);
         if (ended) return;

@@ -93,6 +93,12 @@ void parse_listen(const YAML::Node& n, const std::string& path, ListenConfig& l,
   if (n["port"]) l.port = int32_t(get_int(n["port"], path + ".port", min_port, 65535));
 }
 
+// An integer, or "auto" (a value derived at start), given as `auto_value`.
+int64_t get_int_or_auto(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi, int64_t auto_value) {
+  if (n.IsScalar() && n.Scalar() == "auto") return auto_value;
+  return get_int(n, path, lo, hi);
+}
+
 void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::Node& v, const std::string& path) {
   if (key == "name") {
     t.name = get_str(v, path);
@@ -110,6 +116,10 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
     auto r = sched::parse_on_timeout(get_str(v, path));
     if (!r.is_ok()) fail(path, r.status().message());
     t.on_timeout = *r;
+  } else if (key == "on_predicted_wait") {
+    auto r = sched::parse_on_predicted_wait(get_str(v, path));
+    if (!r.is_ok()) fail(path, r.status().message());
+    t.on_predicted_wait = *r;
   } else if (key == "max_queued_requests") {
     t.max_queued_requests = int32_t(get_int(v, path, 0, kI32));
   } else if (key == "max_queued_tokens") {
@@ -121,7 +131,7 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
   } else if (key == "preemption_budget") {
     t.preemption_budget = int32_t(get_int(v, path, 0, kI32));
   } else if (key == "burst_tokens") {
-    t.burst_tokens = get_int(v, path, 0, 1 << 24);
+    t.burst_tokens = get_int_or_auto(v, path, 0, 1 << 24, -1);
   } else if (key == "interrupt") {
     t.interrupt = get_bool(v, path);
   } else if (key == "queue") {
@@ -131,7 +141,8 @@ void set_tier_field(sched::TierConfig& t, const std::string& key, const YAML::No
   } else {
     fail(path,
          "unknown tier field (expected name, priority, share_min, share_max, borrow, max_queue_wait_ms, on_timeout, "
-         "max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, burst_tokens, interrupt, queue)");
+         "on_predicted_wait, max_queued_requests, max_queued_tokens, max_batch, speculative, preemption_budget, "
+         "burst_tokens, interrupt, queue)");
   }
 }
 
@@ -144,7 +155,7 @@ sched::TierConfig parse_tier(const YAML::Node& n, const std::string& path, int32
   const std::string name = get_str(n["name"], path + ".name");
   sched::TierConfig t;
   t.priority = index;
-  for (const auto& d : sched::default_config().tiers)
+  for (const auto& d : server_default_sched().tiers)
     if (d.name == name) t = d;
   t.name = name;
   for (const auto& kv : n) {
@@ -167,6 +178,18 @@ KeyConfig parse_key(const YAML::Node& n, const std::string& path) {
   if (n["max_concurrent"]) k.max_concurrent = int32_t(get_int(n["max_concurrent"], path + ".max_concurrent", 0, kI32));
   return k;
 }
+
+}  // namespace
+
+sched::SchedConfig server_default_sched() {
+  sched::SchedConfig c = sched::default_config();
+  c.step_token_budget = 0;  // auto
+  for (sched::TierConfig& t : c.tiers)
+    if (t.burst_tokens > 0) t.burst_tokens = -1;  // auto
+  return c;
+}
+
+namespace {
 
 void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (!root || root.IsNull()) return;  // an empty file: all defaults
@@ -212,11 +235,16 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     else fail("scheduling", "expected tiered or fifo, got '" + s + "'");
   }
   if (const YAML::Node s = root["scheduler"]) {
-    check_keys(s, "scheduler", {"step_token_budget", "max_chunk_tokens", "max_queued_requests_total",
+    check_keys(s, "scheduler", {"step_token_budget", "max_segment_ms", "max_chunk_tokens", "max_queued_requests_total",
                                 "max_queued_tokens_total", "service_rate_window_ms", "kv_reserve_tokens",
                                 "share_window_steps"});
     auto& q = c.sched;
-    if (s["step_token_budget"]) q.step_token_budget = get_int(s["step_token_budget"], "scheduler.step_token_budget", 1, 1 << 24);
+    if (s["step_token_budget"])
+      q.step_token_budget = get_int_or_auto(s["step_token_budget"], "scheduler.step_token_budget", 1, 1 << 24, 0);
+    if (s["max_segment_ms"]) {
+      q.max_segment_ms = get_double(s["max_segment_ms"], "scheduler.max_segment_ms");
+      if (!(q.max_segment_ms > 0) || q.max_segment_ms > 60000) fail("scheduler.max_segment_ms", "must be in (0, 60000]");
+    }
     if (s["max_chunk_tokens"]) q.max_chunk_tokens = get_int(s["max_chunk_tokens"], "scheduler.max_chunk_tokens", 0, 1 << 24);
     if (s["max_queued_requests_total"])
       q.max_queued_requests_total = int32_t(get_int(s["max_queued_requests_total"], "scheduler.max_queued_requests_total", 0, kI32));
@@ -384,8 +412,10 @@ std::string to_yaml(const ServerConfig& c) {
       << c.speculative.max_drafts << YAML::Key << "max_ngram" << YAML::Value << c.speculative.max_ngram << YAML::Key
       << "min_ngram" << YAML::Value << c.speculative.min_ngram << YAML::EndMap;
   out << YAML::Key << "scheduling" << YAML::Value << (c.fifo ? "fifo" : "tiered");
+  auto int_or_auto = [](int64_t v, int64_t auto_value) { return v == auto_value ? std::string("auto") : std::to_string(v); };
   out << YAML::Key << "scheduler" << YAML::Value << YAML::BeginMap << YAML::Key << "step_token_budget" << YAML::Value
-      << c.sched.step_token_budget << YAML::Key << "max_chunk_tokens" << YAML::Value << c.sched.max_chunk_tokens
+      << int_or_auto(c.sched.step_token_budget, 0) << YAML::Key << "max_segment_ms" << YAML::Value
+      << c.sched.max_segment_ms << YAML::Key << "max_chunk_tokens" << YAML::Value << c.sched.max_chunk_tokens
       << YAML::Key << "max_queued_requests_total" << YAML::Value << c.sched.max_queued_requests_total << YAML::Key
       << "max_queued_tokens_total" << YAML::Value << c.sched.max_queued_tokens_total << YAML::Key
       << "service_rate_window_ms" << YAML::Value << c.sched.service_rate_window_ms << YAML::Key << "kv_reserve_tokens"
@@ -397,11 +427,14 @@ std::string to_yaml(const ServerConfig& c) {
         << t.priority << YAML::Key << "share_min" << YAML::Value << t.share_min << YAML::Key << "share_max"
         << YAML::Value << t.share_max << YAML::Key << "borrow" << YAML::Value << t.borrow << YAML::Key
         << "max_queue_wait_ms" << YAML::Value << t.max_queue_wait_ms << YAML::Key << "on_timeout" << YAML::Value
-        << sched::to_string(t.on_timeout) << YAML::Key << "max_queued_requests" << YAML::Value << t.max_queued_requests
+        << sched::to_string(t.on_timeout);
+    if (t.on_predicted_wait.action != sched::PredictedWaitAction::kFollowTimeout)
+      out << YAML::Key << "on_predicted_wait" << YAML::Value << sched::to_string(t.on_predicted_wait);
+    out << YAML::Key << "max_queued_requests" << YAML::Value << t.max_queued_requests
         << YAML::Key << "max_queued_tokens" << YAML::Value << t.max_queued_tokens << YAML::Key << "max_batch"
         << YAML::Value << t.max_batch << YAML::Key << "speculative" << YAML::Value << t.speculative << YAML::Key
         << "preemption_budget" << YAML::Value << t.preemption_budget << YAML::Key << "burst_tokens" << YAML::Value
-        << t.burst_tokens << YAML::Key << "interrupt" << YAML::Value << t.interrupt << YAML::Key << "queue"
+        << int_or_auto(t.burst_tokens, -1) << YAML::Key << "interrupt" << YAML::Value << t.interrupt << YAML::Key << "queue"
         << YAML::Value
         << (t.queue == sched::QueueKind::kFcfs ? "fcfs" : "shortest_prompt_first") << YAML::EndMap;
   }

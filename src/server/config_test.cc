@@ -30,7 +30,14 @@ TEST(ServerConfig, TheShippedDefaultFileParsesAndValidates) {
   EXPECT_TRUE(c->keys.empty());
   EXPECT_EQ(c->http.max_connections, ServerConfig{}.http.max_connections);
   ASSERT_EQ(c->sched.tiers.size(), 3u);
-  const auto def = sched::default_config();
+  // The shipped file is the server's defaults: the scheduler's, with the step budget and
+  // the latency tier's burst left to the machine ("auto").
+  const auto def = server_default_sched();
+  EXPECT_EQ(c->sched.step_token_budget, 0);
+  EXPECT_EQ(def.step_token_budget, 0);
+  EXPECT_EQ(def.tiers[0].burst_tokens, -1);
+  EXPECT_EQ(c->sched.tiers[0].on_predicted_wait, def.tiers[0].on_predicted_wait);
+  EXPECT_EQ(def.tiers[0].on_predicted_wait.target, "standard");
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(c->sched.tiers[i].name, def.tiers[i].name);
     EXPECT_EQ(c->sched.tiers[i].share_min, def.tiers[i].share_min);

@@ -36,6 +36,10 @@ json served_json(const ServedInfo& s) {
             {"ttft_ms", round3(s.ttft_ms)},
             {"preemptions", s.preemptions}};
   if (!s.degraded_reason.empty()) j["degraded_reason"] = s.degraded_reason;
+  if (s.steps_behind >= 0) {
+    j["steps_behind"] = s.steps_behind;
+    j["steps_behind_after_max_wait"] = s.steps_behind_after_max_wait;
+  }
   return j;
 }
 

@@ -75,6 +75,8 @@ void Service::Impl::end(RequestId id, Update u) {
   u.timings.queue_ns = (r->first_step_ns >= 0 ? r->first_step_ns : now) - r->arrival_ns;
   u.timings.ttft_ns = r->first_token_ns >= 0 ? r->first_token_ns - r->arrival_ns : 0;
   u.timings.n_preemptions = r->n_preemptions;
+  u.timings.steps_behind = r->steps_behind;
+  u.timings.steps_behind_after_max_wait = r->steps_behind_late;
   deliver(*r, u);
   r->ended = true;
   release_active(1);
@@ -130,6 +132,19 @@ void Service::Impl::publish() {
   std::lock_guard<std::mutex> lk(mu);
   n_engine_seqs = engine->n_seqs();
   kv = engine->kv_stats();
+}
+
+void Service::Impl::publish_cost() {
+  std::vector<std::pair<std::string, int64_t>> bounds;
+  for (sched::TierId t = 0; t < sched->n_tiers(); ++t)
+    if (auto b = sched->wait_bound_ns(t)) bounds.emplace_back(sched->tier(t).name(), *b);
+  for (const auto& [name, ns] : bounds) metrics.wait_bound(label_of(name), ns);
+  const sched::StepCost c = cost->current();
+  if (c.measured()) metrics.step_cost(c.fixed_ns, c.token_ns, c.output_ns);
+  std::lock_guard<std::mutex> lk(mu);
+  cost_now = cost->current();
+  cost_scale = cost->scale();
+  wait_bounds = std::move(bounds);
 }
 
 // --- the inbox ------------------------------------------------------------------------
@@ -330,6 +345,7 @@ bool Service::Impl::step_once() {
 
   // Translate: the scheduler planned counts; the tokens are ours.
   engine::StepPlan sp;
+  double step_pairs = 0;  // attention pairs of the step (for the cost model)
   std::vector<const sched::PlanEntry*> planned;
   sched::StepUpdate up;
   for (const sched::PlanEntry& e : plan.entries) {
@@ -370,6 +386,7 @@ bool Service::Impl::step_once() {
     engine::SeqStep s;
     s.seq = e.id;
     s.tokens.assign(r->known.begin() + from, r->known.begin() + to);
+    step_pairs += sched::StepCost::pairs(to - from, from);
     s.n_outputs = to == n_known ? 1 : 0;
     if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
       add_drafts(*r, s);
@@ -386,6 +403,16 @@ bool Service::Impl::step_once() {
       metrics.step_interrupted();
       std::lock_guard<std::mutex> lk(mu);
       ++n_interrupted;
+    } else if (cost->current().measured()) {
+      // What the machine does now corrects the calibration the scheduler predicts with.
+      cost->observe(res.stats.n_tokens, res.stats.n_outputs, step_pairs, res.stats.time_ns);
+      sched->set_step_cost(cost->current());
+      if (n_steps % 64 == 0) publish_cost();
+    }
+    if (plan.exclusive_forced) {
+      metrics.step_forced_exclusive();
+      std::lock_guard<std::mutex> lk(mu);
+      ++n_forced_exclusive;
     }
     const int64_t t_done = clock->now_ns();
     for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i) {
@@ -404,6 +431,10 @@ bool Service::Impl::step_once() {
           if (!r.computed_once) {
             r.computed_once = true;
             r.first_step_ns = now;
+            if (const auto info = sched->info(e.id); info && sched->tier(info->tier_served).config().interrupt) {
+              r.steps_behind = info->steps_behind;
+              r.steps_behind_late = info->steps_behind_after_max_wait;
+            }
             metrics.queue_time(label, now - r.arrival_ns);
             metrics.tokens_in(label, int64_t(r.req.prompt.size()));
           }

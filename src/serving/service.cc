@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "service_impl.h"
+#include "step_cost.h"
 
 namespace ts::serving {
 
@@ -25,6 +26,7 @@ sched::SchedConfig fifo_config(const sched::SchedConfig& cfg) {
   t.borrow = true;
   t.queue = sched::QueueKind::kFcfs;
   if (t.on_timeout.action == sched::TimeoutAction::kDowngrade) t.on_timeout = sched::OnTimeout{};
+  if (t.on_predicted_wait.action == sched::PredictedWaitAction::kDowngrade) t.on_predicted_wait = {sched::PredictedWaitAction::kReject, ""};
   if (t.on_timeout.action == sched::TimeoutAction::kPromote) t.max_queue_wait_ms = 0;
   int32_t max_batch = 0;
   for (const sched::TierConfig& u : cfg.tiers) max_batch = std::max(max_batch, u.max_batch);
@@ -49,9 +51,19 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
   if (!engine.is_ok()) return engine.status();
   const engine::KvStats kv = (*engine)->kv_stats();
 
+  // The step cost of this machine: given, or measured on the engine (only with the real
+  // clock: a test's manual clock would not see those nanoseconds pass).
+  sched::StepCost cost = opts.step_cost;
+  if (!cost.measured() && opts.calibrate && clock == nullptr)
+    cost = measure_step_cost(**engine, int32_t(model.config().n_layer), model.config().n_vocab);
+
   sched::SchedConfig cfg = opts.sched;
   cfg.kv_blocks_total = kv.total;
   cfg.kv_block_size = kv.block_size;
+  if (cfg.step_token_budget == 0)
+    cfg.step_token_budget = derive_step_budget(cost, cfg.max_segment_ms, (*engine)->options().max_step_tokens);
+  for (sched::TierConfig& t : cfg.tiers)
+    if (t.burst_tokens < 0) t.burst_tokens = derive_burst_tokens(cost, t.max_queue_wait_ms, cfg.step_token_budget);
   std::stable_sort(cfg.tiers.begin(), cfg.tiers.end(),
                    [](const sched::TierConfig& a, const sched::TierConfig& b) { return a.priority < b.priority; });
   TS_RETURN_IF_ERROR(sched::validate_config(cfg));
@@ -64,6 +76,9 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
   impl->tiers_cfg = cfg;
   impl->engine = std::move(engine).value();
   impl->sched = std::move(sched).value();
+  impl->sched->set_step_cost(cost);
+  impl->cost.emplace(cost);
+  impl->publish_cost();
   impl->max_seq_len = impl->engine->max_seq_len();
   impl->n_vocab = model.config().n_vocab;
   impl->kv = kv;
@@ -173,7 +188,12 @@ Stats Service::stats() const {
   s.n_drafted = m.n_drafted;
   s.n_draft_accepted = m.n_draft_accepted;
   s.n_engine_seqs = m.n_engine_seqs;
+  s.n_forced_exclusive = m.n_forced_exclusive;
   s.kv = m.kv;
+  s.step_cost = m.cost_now;
+  s.step_cost_scale = m.cost_scale;
+  s.step_token_budget = m.tiers_cfg.step_token_budget;
+  s.wait_bound_ns = m.wait_bounds;
   return s;
 }
 

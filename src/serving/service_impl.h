@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "sched/scheduler.h"
 #include "serving/service.h"
 #include "service_metrics.h"
+#include "step_cost.h"
 
 namespace ts::serving {
 
@@ -49,6 +51,7 @@ struct Service::Impl {
   std::unique_ptr<sched::Scheduler> sched;
   ServiceMetrics metrics;
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> reqs;  // admitted, not ended
+  std::optional<StepCostTracker> cost;  // the calibration, corrected by every step
 
   // --- shared between the front and the loop, GUARDED_BY(mu) -------------------------
   struct Pending {
@@ -72,7 +75,11 @@ struct Service::Impl {
   int64_t n_interrupted = 0;
   int64_t n_drafted = 0, n_draft_accepted = 0;
   int64_t n_engine_seqs = 0;
+  int64_t n_forced_exclusive = 0;
   engine::KvStats kv;
+  sched::StepCost cost_now;       // cost->current(), and what it implies, for stats()
+  double cost_scale = 1.0;
+  std::vector<std::pair<std::string, int64_t>> wait_bounds;
   std::thread thread;
 
   // --- loop.cc -------------------------------------------------------------------------
@@ -86,6 +93,8 @@ struct Service::Impl {
   void apply_cancels(const std::vector<RequestId>& ids);
   void apply_events(const sched::Plan& plan);
   void publish();
+  // Copies the cost model and the wait bounds it implies for stats() (under mu).
+  void publish_cost();
   // The per-tier gauges (queued, running, KV blocks) from the scheduler's view of the
   // live requests, and each tier's share of the step's tokens (tokens_by_label; null when
   // no step ran: the shares of the last step stay).

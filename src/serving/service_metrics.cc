@@ -11,7 +11,7 @@ namespace {
 double seconds(int64_t ns) { return double(ns) * 1e-9; }
 }  // namespace
 
-ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::string>& tiers) : reg_(reg) {
+ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::string>& tiers) : reg_(reg), names_(tiers) {
   tiers_.resize(tiers.size());
   if (!reg_) return;
   for (size_t i = 0; i < tiers.size(); ++i) {
@@ -35,6 +35,10 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::st
   inversions_ = reg_->counter(idx(Metric::kPriorityInversions));
   interrupted_ = reg_->counter(idx(Metric::kStepsInterrupted));
   correlation_ = reg_->gauge(idx(Metric::kLatencyCorrelation));
+  forced_ = reg_->counter(idx(Metric::kStepsForcedExclusive));
+  bounds_.assign(tiers.size(), nullptr);
+  const char* parts[] = {"fixed", "token", "output"};
+  for (int i = 0; i < 3; ++i) cost_[i] = reg_->gauge(idx(Metric::kStepCost), {parts[i]});
 }
 
 void ServiceMetrics::request(int tier, Outcome o) {
@@ -100,6 +104,24 @@ void ServiceMetrics::speculative(int tier, int64_t drafted, int64_t accepted) {
 
 void ServiceMetrics::step_interrupted() {
   if (reg_) interrupted_->inc();
+}
+
+void ServiceMetrics::step_forced_exclusive() {
+  if (reg_) forced_->inc();
+}
+
+void ServiceMetrics::wait_bound(int tier, int64_t ns) {
+  if (!reg_) return;
+  // Only interrupting tiers have a bound: their series exist once one is set.
+  if (!bounds_[size_t(tier)]) bounds_[size_t(tier)] = reg_->gauge(idx(Metric::kWaitBound), {names_[size_t(tier)]});
+  bounds_[size_t(tier)]->set(double(ns) / 1e9);
+}
+
+void ServiceMetrics::step_cost(double fixed_ns, double token_ns, double output_ns) {
+  if (!reg_) return;
+  cost_[0]->set(fixed_ns / 1e9);
+  cost_[1]->set(token_ns / 1e9);
+  cost_[2]->set(output_ns / 1e9);
 }
 
 void ServiceMetrics::tick(int64_t now_ns, int64_t interval_ns) {

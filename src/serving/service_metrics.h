@@ -42,6 +42,11 @@ class ServiceMetrics {
   void priority_inversions(int64_t n);
   // A step abandoned for an interrupting tier's arrival.
   void step_interrupted();
+  // A step a promoted request of an interrupting tier took past its share (Plan::exclusive_forced).
+  void step_forced_exclusive();
+  // The interrupting tier's wait bound, and the step cost model it comes from.
+  void wait_bound(int tier, int64_t ns);
+  void step_cost(double fixed_ns, double token_ns, double output_ns);
   // Draft tokens verified in a speculative step, and how many were accepted.
   void speculative(int tier, int64_t drafted, int64_t accepted);
   // Closes a correlation interval when `interval_ns` has passed since the last one.
@@ -56,9 +61,13 @@ class ServiceMetrics {
     metrics::Counter *drafted = nullptr, *accepted = nullptr;
   };
   metrics::Registry* reg_;
+  std::vector<std::string> names_;
   std::vector<Tier> tiers_;
   metrics::Counter* inversions_ = nullptr;
   metrics::Counter* interrupted_ = nullptr;
+  metrics::Counter* forced_ = nullptr;
+  std::vector<metrics::Gauge*> bounds_;
+  metrics::Gauge* cost_[3] = {};
   metrics::Gauge* correlation_ = nullptr;
   metrics::LatencyCorrelator corr_{60};
   int64_t last_tick_ns_ = -1;

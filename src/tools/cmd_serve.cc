@@ -237,6 +237,25 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "; %zu API keys; kernels %s (%s); attention %s\n", cfg.keys.size(),
                kernels::isa_name(kernels::best_isa()), cpu_features().to_string().c_str(),
                engine::ops::attn_numerics_name(mo.attn_numerics));
+  // The bounds derived from this machine's measured step cost (docs/scheduler.md, bounds).
+  const sched::StepCost& cost = st0.step_cost;
+  if (cost.measured()) {
+    std::fprintf(stderr,
+                 "tierserve serve: step cost measured: %.2f ms + %.3f ms per token + %.3f ms per output row + %.2f ns per "
+                 "attention pair (%d layers); "
+                 "step budget %lld tokens%s; uninterruptible stretch at most %.1f ms",
+                 cost.fixed_ns / 1e6, cost.token_ns / 1e6, cost.output_ns / 1e6, cost.pair_ns, cost.n_layers,
+                 (long long)st0.step_token_budget, cfg.sched.step_token_budget == 0 ? " (auto)" : "",
+                 cost.segment_ns(st0.step_token_budget, 0) / 1e6);
+    for (const auto& t : svc.sched_config().tiers)
+      if (t.burst_tokens > 0) std::fprintf(stderr, "; %s burst %lld tokens", t.name.c_str(), (long long)t.burst_tokens);
+    for (const auto& [tier, ns] : st0.wait_bound_ns)
+      std::fprintf(stderr, "; %s waits behind other tiers at most %.0f ms", tier.c_str(), double(ns) / 1e6);
+    std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "tierserve serve: step cost not measured; step budget %lld tokens\n",
+                 (long long)st0.step_token_budget);
+  }
 
   // --- HTTP: the App takes over the listeners now that the model is loaded ---
   SteadyClock clock;

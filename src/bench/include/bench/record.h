@@ -42,6 +42,10 @@ struct RequestRecord {
   double server_queue_ms = NAN;  // the response's tierserve.queue_ms
   double server_ttft_ms = NAN;
   int preemptions = -1;
+  // Interrupting tiers (-1: not reported): steps of other tiers it waited through before
+  // it started, and those planned after its max wait (the tierserve object).
+  int steps_behind = -1;
+  int steps_behind_after_max_wait = -1;
 
   bool ok() const { return error.empty(); }
   // Served by another tier than asked for. Compares the server's own name for the

@@ -29,6 +29,9 @@ enum class Metric : size_t {
   kSpeculativeTokens,      // tierserve_speculative_tokens_total{tier, result}
   kHttpConnectionsOpen,    // tierserve_http_connections_open
   kHttpConnectionsRejected,  // tierserve_http_connections_rejected_total
+  kWaitBound,              // tierserve_wait_bound_seconds{tier}
+  kStepsForcedExclusive,   // tierserve_steps_forced_exclusive_total
+  kStepCost,               // tierserve_step_cost_seconds{part}
   kCount
 };
 

@@ -35,6 +35,22 @@ struct OnTimeout {
 Result<OnTimeout> parse_on_timeout(std::string_view s);
 std::string to_string(const OnTimeout& t);
 
+// What happens at arrival to a request whose predicted wait already exceeds its tier's
+// max_queue_wait_ms. kFollowTimeout: what the tier's on_timeout does there (downgrade and
+// reject act at once; promote admits, trusting promotion to rescue the request).
+enum class PredictedWaitAction : uint8_t { kFollowTimeout, kAdmit, kDowngrade, kReject };
+
+struct OnPredictedWait {
+  PredictedWaitAction action = PredictedWaitAction::kFollowTimeout;
+  std::string target;  // tier name, for kDowngrade only
+
+  bool operator==(const OnPredictedWait&) const = default;
+};
+
+// "admit" | "reject" | "downgrade:<tier>"; kInvalidArgument otherwise.
+Result<OnPredictedWait> parse_on_predicted_wait(std::string_view s);
+std::string to_string(const OnPredictedWait& t);  // "" for kFollowTimeout
+
 // Queue order within a tier (sched/queue_policy.h).
 enum class QueueKind : uint8_t { kFcfs, kShortestPromptFirst };
 Result<QueueKind> parse_queue_kind(std::string_view s);  // "fcfs" | "shortest_prompt_first"
@@ -47,6 +63,10 @@ struct TierConfig {
   bool borrow = false;         // may exceed share_max with capacity others leave idle
   int64_t max_queue_wait_ms = 5000;  // 0: no limit
   OnTimeout on_timeout;
+  // At arrival, a predicted wait above max_queue_wait_ms (docs/scheduler.md, admission):
+  // for a latency tier the wait behind its own tier at the share it gets now, so that a
+  // request beyond the tier's share is told at once instead of silently slowed.
+  OnPredictedWait on_predicted_wait;
   int32_t max_queued_requests = 1024;
   int64_t max_queued_tokens = int64_t(1) << 22;
   int32_t max_batch = 256;     // requests of this tier in one step
@@ -57,7 +77,10 @@ struct TierConfig {
   // tokens over the last share_window_steps steps stay within share_max x budget x steps
   // (its cap, enforced on average rather than per step).
   // The budget bounds how long a step of the other tiers takes (what a new request of
-  // this tier waits for); the burst bounds how long its own prefill takes. 0: off.
+  // this tier waits for); the burst bounds how long its own prefill takes. 0: off. -1:
+  // derived by the serving layer from the measured step cost (the prompt tokens one step
+  // computes in max_queue_wait_ms, beyond the budget: so that one exclusive step never
+  // holds the tier's next request past its max wait); Scheduler::create needs it resolved.
   int64_t burst_tokens = 0;
   // Latency tiers: a new request of this tier interrupts the step in flight (the engine
   // abandons it at the next layer boundary; it is planned again), and while such a
@@ -72,10 +95,14 @@ struct TierConfig {
 struct SchedConfig {
   // Any order; the scheduler sorts them by priority.
   std::vector<TierConfig> tiers;
-  // Tokens computed per engine step, all tiers together. A step's length is what a newly
-  // arrived request of the fast tier waits for; 64 keeps it short on a CPU without
-  // slowing prefill (docs/BENCHMARKS.md, isolation).
+  // Tokens computed per engine step, all tiers together. One layer of a step is what a
+  // newly arrived request of an interrupting tier waits for at most. 0: derived by the
+  // serving layer from the measured step cost (the largest power of two from 16 to 512
+  // whose layer takes at most max_segment_ms); Scheduler::create needs it resolved.
   int64_t step_token_budget = 64;
+  // With step_token_budget 0: the longest stretch of an interruptible step (one layer of a
+  // full step) allowed, in milliseconds.
+  double max_segment_ms = 10.0;
   int64_t max_chunk_tokens = 0;     // per request and step; 0: the whole budget
   // Steps over which a bursting tier's share_max is enforced (TierConfig::burst_tokens).
   int32_t share_window_steps = 64;
@@ -92,9 +119,9 @@ struct SchedConfig {
   int64_t kv_reserve_tokens = 0;
 };
 
-// ultrafast (share_max 0.3, borrow, bursts of 512 tokens, 200 ms -> promote), standard
-// (share_min 0.5, 5 s -> reject, max_batch 16), batch (share_min 0.05, 10 min -> reject,
-// max_batch 16).
+// ultrafast (share_max 0.3, borrow, bursts of 512 tokens, 200 ms -> promote, a predicted
+// wait above 200 ms at arrival -> downgrade:standard), standard (share_min 0.5, 5 s ->
+// reject, max_batch 16), batch (share_min 0.05, 10 min -> reject, max_batch 16).
 SchedConfig default_config();
 
 enum class ConfigErrorCode : uint8_t {

@@ -58,6 +58,10 @@ struct Plan {
   int32_t n_priority_inversions = 0;
   // Only interrupting tiers' work (TierConfig::interrupt): one of them has prompt left.
   bool exclusive = false;
+  // ... and a promoted request of such a tier took it although the window's limits would
+  // not have allowed it: only for a tier whose on_predicted_wait is `admit` (else such a
+  // request is downgraded or refused at that point; Scheduler::make_exclusive).
+  bool exclusive_forced = false;
   // The engine may abandon this step when an interrupting tier's request arrives: the
   // plan has no prompt work of such a tier and one of them may take the next step.
   bool interruptible = false;

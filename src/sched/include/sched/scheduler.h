@@ -24,6 +24,7 @@
 #include "sched/plan.h"
 #include "sched/request.h"
 #include "sched/service_rate.h"
+#include "sched/step_cost.h"
 #include "sched/tier_policy.h"
 
 namespace ts::sched {
@@ -44,6 +45,12 @@ struct RequestInfo {
   int32_t n_blocks = 0;
   int32_t n_preemptions = 0;
   int64_t arrival_ns = 0;
+  // Interrupting tiers: steps carrying other tiers' work that ran (were not interrupted)
+  // while this request waited to start, and how many of them were planned after its max
+  // wait was over (0 by construction: the plan after a promotion is its own, or it is
+  // downgraded there).
+  int32_t steps_behind = 0;
+  int32_t steps_behind_after_max_wait = 0;
 };
 
 class Scheduler {
@@ -81,8 +88,29 @@ class Scheduler {
   int64_t queued_tokens(TierId t) const { return ts_[size_t(t)].queued_tokens; }
   int32_t running(TierId t) const { return int32_t(ts_[size_t(t)].running.size()); }
   int32_t kv_blocks(TierId t) const { return ts_[size_t(t)].kv_held; }
-  // Predicted wait of a request arriving now at tier t; nothing until measured.
-  std::optional<int64_t> predicted_wait_ns(TierId t) const;
+  // Predicted wait of a request of n_prompt tokens arriving now at tier t; nothing until
+  // measured. An interrupting tier with a measured step cost: the uninterruptible stretch
+  // of the step in flight, plus the work of its own tier ahead of it and its own prompt,
+  // at full speed while the tier's windowed share allows and at the tier's measured capped
+  // rate beyond, less what its own prompt costs at full speed (that part is compute, not
+  // waiting). Other tiers: requests queued ahead over the measured start rate.
+  std::optional<int64_t> predicted_wait_ns(TierId t, int64_t n_prompt = 1) const;
+
+  // The step cost model of this machine (the serving layer measures it and keeps it
+  // current); unmeasured (the default) turns off what depends on it.
+  void set_step_cost(const StepCost& c) { cost_ = c; }
+  const StepCost& step_cost() const { return cost_; }
+  // The longest a request of interrupting tier t can wait behind other tiers' work once it
+  // is admitted and stays on its tier: its max_queue_wait_ms (then it is promoted, and the
+  // next step is its own; or, when the window refuses that step, it is downgraded or
+  // refused at once, explicitly) plus the step in flight at that moment: one step of the
+  // budget (other tiers; uninterruptible when the tier is past its share) or one of the
+  // tier's own exclusive steps, which burst() keeps within the max wait. Nothing for other
+  // tiers or without a measured cost.
+  std::optional<int64_t> wait_bound_ns(TierId t) const;
+  // Tokens a tier's running requests and its queue still have to compute before a new
+  // request's prompt (prompt chunks, not decodes).
+  int64_t prompt_work_ahead(TierId t) const;
   std::optional<RequestInfo> info(RequestId id) const;
   // Accepted requests that have not ended.
   int64_t n_active() const { return int64_t(reqs_.size()); }
@@ -97,6 +125,7 @@ class Scheduler {
     int64_t arrival_ns = 0, enqueued_ns = 0;
     int64_t n_computed = 0, n_generated = 0;
     int32_t n_blocks = 0, n_preemptions = 0, budget = 0;
+    int32_t steps_behind = 0, steps_behind_late = 0;  // RequestInfo::steps_behind*
     int64_t queued_tokens = 0;  // what it adds to its tier's queued_tokens while queued
 
     int64_t n_known() const { return r.n_prompt_tokens + n_generated; }
@@ -110,6 +139,11 @@ class Scheduler {
     ServiceRate rate;
     int32_t n_started = 0;           // since the previous schedule()
     bool backlogged = false;         // had waiting requests after the previous plan
+    // Interrupting tiers: prompt tokens computed per second while the tier was past its
+    // share (no exclusive step allowed) with prompt work left: its rate "at its share".
+    ServiceRate capped_rate;
+    int64_t n_tokens = 0;            // prompt tokens computed since the previous schedule()
+    bool capped = false;             // the previous plan found it past its share, with work left
   };
   struct Candidate;
   struct StepCtx;
@@ -162,6 +196,7 @@ class Scheduler {
   // Which of those plans were exclusive (Plan::exclusive), and how many.
   std::vector<bool> window_exclusive_;
   int32_t n_exclusive_ = 0;
+  StepCost cost_;
 };
 
 }  // namespace ts::sched

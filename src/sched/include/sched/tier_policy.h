@@ -68,8 +68,9 @@ class RejectRule final : public TimeoutRule {
 
 class TierPolicy {
  public:
-  // `id` is the tier's rank in priority order; `target` the downgrade target's rank.
-  TierPolicy(const TierConfig& cfg, TierId id, TierId downgrade_target);
+  // `id` is the tier's rank in priority order; the targets are the ranks of the on_timeout
+  // and on_predicted_wait downgrade targets (-1: none).
+  TierPolicy(const TierConfig& cfg, TierId id, TierId downgrade_target, TierId predicted_wait_target);
 
   const TierConfig& config() const { return cfg_; }
   const std::string& name() const { return cfg_.name; }
@@ -82,6 +83,8 @@ class TierPolicy {
   // 0: the tier never times out.
   int64_t max_wait_ns() const { return cfg_.max_queue_wait_ms * 1'000'000; }
   const TimeoutRule& timeout_rule() const { return *rule_; }
+  // Where a request goes at arrival when its predicted wait exceeds max_queue_wait_ms.
+  Move at_predicted_wait() const;
   std::unique_ptr<QueuePolicy> make_queue() const { return make_queue_policy(cfg_.queue); }
 
   // Would one more request of n_prompt tokens overflow this tier's queue?
@@ -92,6 +95,7 @@ class TierPolicy {
  private:
   TierConfig cfg_;
   TierId id_;
+  TierId predicted_wait_target_;
   std::unique_ptr<TimeoutRule> rule_;
 };
 

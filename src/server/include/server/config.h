@@ -94,6 +94,8 @@ struct ModelConfig {
   bool map_plan = false;            // read a plan's panels in place instead of copying them
 };
 
+sched::SchedConfig server_default_sched();
+
 struct ServerConfig {
   ListenConfig listen;
   ListenConfig admin{"127.0.0.1", -1};  // /metrics and /admin/*; port -1: on `listen`
@@ -101,7 +103,9 @@ struct ServerConfig {
   EngineConfig engine;
   SpeculativeConfig speculative;
   bool fifo = false;                // scheduling: fifo (tiers off, the isolation control)
-  sched::SchedConfig sched = sched::default_config();
+  // sched::default_config() with what the machine decides left to it: the step budget and
+  // the latency tier's burst are derived at start from the measured step cost ("auto").
+  sched::SchedConfig sched = server_default_sched();
   std::map<std::string, std::string> tier_aliases = {
       {"priority", "ultrafast"}, {"default", "standard"}, {"auto", "standard"}, {"flex", "batch"}};
   std::string default_tier = "standard";

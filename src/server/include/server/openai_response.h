@@ -26,6 +26,9 @@ struct ServedInfo {
   double queue_ms = 0;
   double ttft_ms = 0;
   int32_t preemptions = 0;
+  // Interrupting tiers only (-1: not reported): serving::Timings::steps_behind*.
+  int32_t steps_behind = -1;
+  int32_t steps_behind_after_max_wait = -1;
 };
 
 struct UsageInfo {

@@ -26,6 +26,7 @@
 #include "engine/sampling.h"
 #include "metrics/registry.h"
 #include "sched/config.h"
+#include "sched/step_cost.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,6 +50,13 @@ struct ServiceOptions {
   int32_t spec_max_drafts = 4;
   int32_t spec_max_ngram = 3;
   int32_t spec_min_ngram = 2;
+  // The step cost model (sched/step_cost.h). Measured given: used as is (tests). Else, with
+  // `calibrate` and the real clock, create() measures it on the engine (~a second on a
+  // slow CPU), and the loop keeps it current from the steps it runs. It derives
+  // sched.step_token_budget 0 and the interrupting tiers' wait bound, and predicts their
+  // waits at admission.
+  sched::StepCost step_cost;
+  bool calibrate = true;
 };
 
 struct GenerateRequest {
@@ -77,6 +85,10 @@ struct Timings {
   int64_t ttft_ns = 0;              // arrival -> first generated token
   int64_t e2e_ns = 0;               // arrival -> end
   int32_t n_preemptions = 0;
+  // Interrupting tiers (-1 otherwise): steps with other tiers' work it waited through
+  // before it started, and of those the ones planned after its max wait (0 by construction).
+  int32_t steps_behind = -1;
+  int32_t steps_behind_after_max_wait = -1;
 };
 
 // The log-probability of one generated token, and the most likely alternatives (highest
@@ -140,7 +152,14 @@ struct Stats {
   int64_t n_drafted = 0;            // speculative draft tokens verified
   int64_t n_draft_accepted = 0;     // of which accepted (each saved a step)
   int64_t n_engine_seqs = 0;        // sequences the engine holds (active ones only)
+  int64_t n_forced_exclusive = 0;   // steps a promoted fast request took past the window's limits
   engine::KvStats kv;               // as of the loop's last iteration
+  sched::StepCost step_cost;        // the current model (calibration x step_cost_scale)
+  double step_cost_scale = 1.0;     // measured / calibrated step times, smoothed
+  int64_t step_token_budget = 0;    // as resolved at create()
+  // Per interrupting tier: the longest an admitted request waits behind other tiers
+  // (sched::Scheduler::wait_bound_ns), with the current cost model.
+  std::vector<std::pair<std::string, int64_t>> wait_bound_ns;
 };
 
 class Service {
