@@ -19,7 +19,11 @@
 #   OUT_DIR [build/bench-results/isolation-<UTC timestamp>]
 #   SEED [7]
 #   STD_INPUT_LEN [32]  STD_OUTPUT_LEN [32]    the standard workload (words, max_tokens)
-#   UF_RATE [1]  UF_INPUT_LEN [200]  UF_OUTPUT_LEN [16]    ultrafast (req/s, words, max_tokens)
+#   UF_RATE [auto]  UF_INPUT_LEN [200]  UF_OUTPUT_LEN [16]    ultrafast (req/s, words, max_tokens);
+#                            auto: UF_SHARE_USE of what the tier's share_max of this machine's
+#                            prompt rate serves (the step cost the server measured at start)
+#   UF_SHARE_USE [0.5]       with UF_RATE auto: the fraction of its share the fast tier offers
+#   UF_PROBES [200]          at least this many ultrafast requests per cell (lengthens the cells)
 #   CAP_SWEEP [1,2,4,8,16]  CAP_STEP_S [10]   capacity: closed-loop concurrencies, seconds each
 #   FLOOD_FACTOR [3]         standard offered = FLOOD_FACTOR x capacity (req/s)
 #   CAPACITY_RPS []          skip (a) and use this capacity
@@ -39,7 +43,9 @@ OUT_DIR=${OUT_DIR:-$ROOT/build/bench-results/isolation-$(date -u +%Y%m%dT%H%M%SZ
 SEED=${SEED:-7}
 STD_INPUT_LEN=${STD_INPUT_LEN:-32}
 STD_OUTPUT_LEN=${STD_OUTPUT_LEN:-32}
-UF_RATE=${UF_RATE:-1}
+UF_RATE=${UF_RATE:-auto}
+UF_SHARE_USE=${UF_SHARE_USE:-0.5}
+UF_PROBES=${UF_PROBES:-200}
 UF_INPUT_LEN=${UF_INPUT_LEN:-200}
 UF_OUTPUT_LEN=${UF_OUTPUT_LEN:-16}
 CAP_SWEEP=${CAP_SWEEP:-1,2,4,8,16}
@@ -58,6 +64,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 if [ "$TABLE_ONLY" = 1 ]; then
   read -r CAPACITY_RPS FLOOD_RPS < "$OUT_DIR/capacity.txt" || die "no $OUT_DIR/capacity.txt"
+  read -r UF_RATE < "$OUT_DIR/uf_rate.txt" || die "no $OUT_DIR/uf_rate.txt"
 else
   [ -x "$BIN" ] || die "no tierserve binary at $BIN (build it, or set TIERSERVE_BIN)"
   [ -f "$MODEL" ] || die "no model at $MODEL (set TIERSERVE_MODEL)"
@@ -192,6 +199,29 @@ print("%.3f" % max(s["stats"]["overall"]["throughput_rps"] for s in steps))' "$O
   log "capacity: $CAPACITY_RPS req/s; standard flood: $FLOOD_RPS req/s"
   echo "$CAPACITY_RPS $FLOOD_RPS" > "$OUT_DIR/capacity.txt"
 
+  # The fast tier's load from this machine's measured step cost: UF_SHARE_USE of what its
+  # share_max of the prompt rate serves with prompts of UF_INPUT_LEN words (one word ~ 1.3
+  # tokens), so that it stays within its share on a slow CPU as on a fast one.
+  start_server stepcost --scheduling tiered
+  curl -s "$URL/admin/stats" > "$OUT_DIR/stepcost.stats.json"
+  stop_server
+  if [ "$UF_RATE" = auto ]; then
+    UF_RATE=$(python3 -c 'import json, re, sys
+s = json.load(open(sys.argv[1]))
+cfg = open(sys.argv[2]).read()
+share = float(re.search(r"- name: ultrafast\n(?:\s+\w+: .*\n)*?\s+share_max: ([0-9.eE+-]+)", cfg).group(1))
+tokens = 1.3 * float(sys.argv[3])
+ms = s["step_cost"]["token_ms"] + s["step_cost"]["pair_ns"] * 1e-6 * tokens / 2
+print("%.3f" % (float(sys.argv[4]) * share * (1000.0 / ms) / tokens))' \
+      "$OUT_DIR/stepcost.stats.json" "$OUT_DIR/config.yaml" "$UF_INPUT_LEN" "$UF_SHARE_USE")
+  fi
+  # At least UF_PROBES ultrafast requests in each cell.
+  MIN_S=$(python3 -c "import math; print(math.ceil($UF_PROBES / $UF_RATE))")
+  [ "$BASELINE_S" -ge "$MIN_S" ] || BASELINE_S=$MIN_S
+  [ "$FLOOD_S" -ge "$MIN_S" ] || FLOOD_S=$MIN_S
+  log "ultrafast: $UF_RATE req/s of $UF_INPUT_LEN-word prompts; cells of $BASELINE_S s (baseline) and $FLOOD_S s (floods)"
+  echo "$UF_RATE" > "$OUT_DIR/uf_rate.txt"
+
   # Each tier is its own bench process with its own request shape and arrival process
   # (one bench run has one length distribution for all tiers); both start together and run
   # the same warm-up and duration. Files: CELL.ultrafast.* and CELL.standard.*.
@@ -304,10 +334,47 @@ def gauge_share(cell):
     return (sum(vals) / len(vals), len(vals)) if vals else (None, 0)
 
 
-base = tier_stats(load(f"{out}/baseline.ultrafast.json"), "ultrafast")
-b50, b99 = pct(base, "p50"), pct(base, "p99")
+def admitted(cell):
+    """The steady state's ultrafast requests: TTFTs of those served on ultrafast (sorted),
+    how many were downgraded (served on another tier) and how many refused (429/503)."""
+    ttft, down, refused_n = [], 0, 0
+    try:
+        for line in open(f"{out}/{cell}.ultrafast.requests.jsonl"):
+            r = json.loads(line)
+            if r.get("phase") != "steady":
+                continue
+            if r.get("status") in (429, 503):
+                refused_n += 1
+            elif r.get("status") == 200 and r.get("tier_served") == "ultrafast":
+                ttft.append(r["ttft_ms"])
+            elif r.get("status") == 200:
+                down += 1
+    except (OSError, ValueError):
+        pass
+    return sorted(ttft), down, refused_n
+
+
+def q(v, p):
+    if not v:
+        return None
+    return v[min(len(v) - 1, int(round(p * (len(v) - 1))))]
+
+
+def cpu():
+    try:
+        name = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        flags = next(l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags"))
+    except (OSError, StopIteration):
+        return "unknown"
+    isa = "AMX" if "amx_int8" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return f"{name} ({os.cpu_count()} CPUs, {isa})"
+
+
+btt, _, _ = admitted("baseline")
+b50, b99 = q(btt, 0.5), q(btt, 0.99)
 floor = floor_of("standard")
 print(f"## Isolation experiment ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
+print(f"- CPU: {cpu()}")
 print(f"- model `{os.path.basename(model)}`, `tierserve serve -t {threads} {serve_args}".rstrip()
       + "`; load average (1 min) at each cell's start and end in the first column")
 print(f"- capacity (max throughput of a closed-loop standard sweep, {std_in}-word prompts, max_tokens {std_out}): "
@@ -315,14 +382,19 @@ print(f"- capacity (max throughput of a closed-loop standard sweep, {std_in}-wor
 print(f"- ultrafast: {uf_rate} req/s Poisson, {uf_in}-word prompts, max_tokens {uf_out}; "
       f"standard floor (`share_min`): {floor}")
 print(f"- TTFT from each request's scheduled send time; raw data in `{out}`\n")
-print("| cell (load avg) | ultrafast n | ultrafast TTFT P50 / P99 ms | × baseline P50 / P99 | ultrafast errors "
+print("Ultrafast TTFT percentiles are those of the requests **served on ultrafast** (admitted); the ones "
+      "downgraded or refused are counted beside them (explicit degradation, with its reason).\n")
+print("| cell (load avg) | ultrafast n | served on ultrafast | downgraded / refused | admitted TTFT P50 / P99 ms "
+      "| P99 / P50 | × baseline P50 / P99 | ultrafast errors "
       "| standard ok / sent | standard req/s | standard out tok/s | standard share of tokens (floor) "
       "| standard share gauge while queued (samples) | standard errors |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for cell in cells:
     uf = tier_stats(load(f"{out}/{cell}.ultrafast.json"), "ultrafast")
     st = tier_stats(load(f"{out}/{cell}.standard.json"), "standard")
-    p50, p99 = pct(uf, "p50"), pct(uf, "p99")
+    tt, down, ref = admitted(cell)
+    p50, p99 = q(tt, 0.5), q(tt, 0.99)
+    spread = "—" if not p50 or not p99 else "%.2f" % (p99 / p50)
     ratio = "—"
     if cell != "baseline" and p50 and p99 and b50 and b99:
         ratio = "%.2f / %.2f" % (p50 / b50, p99 / b99)
@@ -339,7 +411,8 @@ for cell in cells:
         la = "/".join(open(f"{out}/{cell}.loadavg").read().split())
     except OSError:
         la = "?"
-    row = [f"{cell} ({la})", str(uf["requests"]) if uf else "—", f"{f0(p50)} / {f0(p99)}", ratio, uf_err]
+    row = [f"{cell} ({la})", str(uf["requests"]) if uf else "—", str(len(tt)), f"{down} / {ref}",
+           f"{f0(p50)} / {f0(p99)}", spread, ratio, uf_err]
     if st:
         errs = ", ".join(f"{k} × {v}" for k, v in sorted(st.get("errors_by_code", {}).items())) or "0"
         row += [f"{st['ok']} / {st['requests']}", "%.2f" % st["throughput_rps"], "%.0f" % st["output_tok_s"],
