@@ -448,26 +448,33 @@ void Scheduler::make_exclusive(StepCtx& c) {
       const TierPolicy& p = tiers_[size_t(t)];
       if (!p.config().interrupt) continue;
       const Move m = p.at_predicted_wait();
-      for (Candidate& cand : c.cands[size_t(t)]) {
-        Req& q = *cand.q;
-        if (cand.skip || !q.promoted || q.started) continue;
-        if (m.kind == Move::kStay) {
-          forced = true;
+      // Out of this step's candidates first (a refused request's Req is gone afterwards).
+      std::vector<Req*> told;
+      auto& cands = c.cands[size_t(t)];
+      for (auto it = cands.begin(); it != cands.end();) {
+        Req& q = *it->q;
+        if (it->skip || !q.promoted || q.started || m.kind == Move::kStay) {
+          forced = forced || (!it->skip && q.promoted && !q.started && m.kind == Move::kStay);
+          ++it;
           continue;
         }
-        cand.skip = true;
-        c.demand[size_t(t)] -= cand.want;
-        const std::string why = "waited " + std::to_string((c.now_ns - q.enqueued_ns) / 1'000'000) + " ms on tier '" +
+        c.demand[size_t(t)] -= it->want;
+        told.push_back(&q);
+        it = cands.erase(it);
+      }
+      for (Req* q : told) {
+        const std::string why = "waited " + std::to_string((c.now_ns - q->enqueued_ns) / 1'000'000) + " ms on tier '" +
                                 p.name() + "' (max " + std::to_string(p.config().max_queue_wait_ms) +
                                 " ms) and the tier is past its share";
         if (m.kind == Move::kReject) {
-          end(q.r.id, EventKind::kRejected, Reason::kQueueTimeout, why);
+          end(q->r.id, EventKind::kRejected, Reason::kQueueTimeout, why);
           continue;
         }
-        dequeue(q);
-        q.promoted = false;
-        enqueue(q, m.tier, false, c.now_ns);
-        emit(EventKind::kDowngraded, q, t, Reason::kQueueTimeout, why + "; moved to tier '" + tiers_[size_t(m.tier)].name() + "'");
+        dequeue(*q);
+        q->promoted = false;
+        enqueue(*q, m.tier, false, c.now_ns);
+        emit(EventKind::kDowngraded, *q, t, Reason::kQueueTimeout,
+             why + "; moved to tier '" + tiers_[size_t(m.tier)].name() + "'");
       }
     }
   }

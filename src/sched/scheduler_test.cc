@@ -704,6 +704,31 @@ TEST(Scheduler, PromotedFastRequestTakesTheNextStepOrIsToldThen) {
   EXPECT_GT(n_standard_steps, 150) << "standard starved";
 }
 
+// The same with on_predicted_wait: reject — the promoted request that cannot have the
+// step is refused then (and leaves this step's candidates cleanly).
+TEST(Scheduler, PromotedFastRequestIsRefusedWhenItsRuleSaysSo) {
+  SchedConfig c = interrupting();
+  c.tiers[0].max_queue_wait_ms = 50;
+  c.tiers[0].share_max = 0.9;
+  c.tiers[0].on_predicted_wait = {PredictedWaitAction::kReject, ""};
+  auto s = make(c);
+  FakeEngine e(100000, 16);
+  ManualClock clock;
+  RequestId id = 1;
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 10, 100000), 0).accepted);
+  for (int i = 0; i < 5; ++i) run_step(*s, e, clock);
+  int n_refused = 0, n_standard_steps = 0;
+  for (int step = 0; step < 200; ++step) {
+    for (int k = 0; k < 3; ++k) s->submit(req(id++, 0, 300, 2), clock.now_ns());
+    const Plan p = run_step(*s, e, clock);
+    n_standard_steps += p.tiers[1].tokens_planned > 0;
+    for (const Event& ev : p.events)
+      if (ev.kind == EventKind::kRejected && ev.from_tier == 0 && ev.reason == Reason::kQueueTimeout) ++n_refused;
+  }
+  EXPECT_GT(n_refused, 0);
+  EXPECT_GT(n_standard_steps, 100);
+}
+
 TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
   SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;
