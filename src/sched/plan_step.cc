@@ -44,6 +44,7 @@ struct Scheduler::StepCtx {
   bool exclusive = false;                  // make_exclusive(): interrupting tiers only
   bool exclusive_forced = false;           // ... for a promoted request, past the window's limits
   std::vector<int64_t> entitled;           // min(floor, demand) per tier, before make_exclusive
+  std::vector<int64_t> entitled_ns;        // ... and what those tokens cost (floor_cost())
 };
 
 namespace {
@@ -370,26 +371,68 @@ void Scheduler::burst(StepCtx& c) {
   }
 }
 
+// The cost model the floors are kept in: the measured step cost, else one unit per token
+// (floors in tokens, as without a clock).
+const StepCost& Scheduler::floor_cost() const {
+  static const StepCost kPerToken = [] {
+    StepCost u;
+    u.token_ns = 1;
+    return u;
+  }();
+  return cost_.measured() ? cost_ : kPerToken;
+}
+
+// What `n` more tokens of `cand` cost beyond what is planned for it: its tokens, and its
+// output row when they complete what it knows.
+double Scheduler::tokens_cost_ns(const Candidate& cand, int64_t n) const {
+  const StepCost& k = floor_cost();
+  const Req& q = *cand.q;
+  const int64_t at = q.n_computed + cand.planned;
+  return k.tokens_ns(n, at) + (at + n == q.n_known() ? k.output_ns : 0.0);
+}
+
+// Each tier's share of this step's time (its tokens' cost and its part of the fixed cost)
+// against what its floor was owed: share_min of the step's time, or what its entitled
+// tokens (min(floor, demand)) cost, whichever is less.
 void Scheduler::record_window(const StepCtx& c) {
   const size_t n = size_t(c.n_tiers), w = window_.size();
   std::vector<int64_t>& slot = window_[window_pos_];
+  std::vector<double> used(n, 0.0);
+  double all = 0;
+  for (size_t t = 0; t < n; ++t)
+    for (const Candidate& cand : c.cands[t])
+      if (!cand.skip && cand.planned > 0) {
+        Candidate from_start = cand;
+        from_start.planned = 0;
+        used[t] += tokens_cost_ns(from_start, cand.planned);
+      }
+  for (double u : used) all += u;
+  const double step_ns = floor_cost().fixed_ns + all;
   for (size_t t = 0; t < n; ++t) {
     window_sum_[t] += c.planned[t] - slot[t];
     slot[t] = c.planned[t];
-    window_floor_sum_[t] += c.entitled[t] - window_floor_[window_pos_][t];
-    window_floor_[window_pos_][t] = c.entitled[t];
+    const int64_t got = all > 0 ? int64_t(used[t] + floor_cost().fixed_ns * used[t] / all) : 0;
+    const int64_t owed = std::min(int64_t(tiers_[t].config().share_min * step_ns), c.entitled_ns[t]);
+    window_got_sum_[t] += got - window_got_[window_pos_][t];
+    window_got_[window_pos_][t] = got;
+    window_owed_sum_[t] += owed - window_owed_[window_pos_][t];
+    window_owed_[window_pos_][t] = owed;
   }
   n_exclusive_ += int32_t(c.exclusive) - int32_t(window_exclusive_[window_pos_]);
   window_exclusive_[window_pos_] = c.exclusive;
   window_pos_ = (window_pos_ + 1) % w;
 }
 
-// An interrupted step computed nothing: its tokens leave the window again.
+// An interrupted step computed nothing: its tokens leave the window again, and what its
+// tiers received with them (what their floors were owed stays: the step's time was spent).
 void Scheduler::unrecord_window(TierId t, int64_t n_tokens) {
   const size_t w = window_.size();
   if (w == 0 || t < 0 || size_t(t) >= window_sum_.size()) return;
-  window_[(window_pos_ + w - 1) % w][size_t(t)] -= n_tokens;
+  const size_t last = (window_pos_ + w - 1) % w;
+  window_[last][size_t(t)] -= n_tokens;
   window_sum_[size_t(t)] -= n_tokens;
+  window_got_sum_[size_t(t)] -= window_got_[last][size_t(t)];
+  window_got_[last][size_t(t)] = 0;
 }
 
 // Whether interrupting tier t may take a step of its own now: exclusive steps stay within
@@ -402,16 +445,20 @@ bool Scheduler::may_run_exclusive(TierId t, int64_t budget) const {
   return tc.burst_tokens <= 0 || share_units(tc.share_max, budget * w) - window_sum_[size_t(t)] > 0;
 }
 
-// Every other tier with demand keeps its floor over the window with this step given
-// to the interrupting tiers: what it received stays at least what its floor entitled it
-// to, counting this step (nothing received, min(floor, demand) entitled) in place of the
-// plan that leaves the window.
+// Every other tier with demand keeps its floor over the window with this step given to
+// the interrupting tiers. Floors are shares of the machine's time: over the window a tier
+// receives at least, per step, share_min of the step's time or what its entitled tokens
+// (min(floor, demand)) cost, whichever is less (floor_cost(): the measured step cost, so
+// that a tier whose demand is a few decode rows is not owed the floor's tokens it never
+// asked for, and a long exclusive step owes more than a short one). This step counts as
+// nothing received and its entitled tokens' whole cost owed (what it owes at most), in
+// place of the plan that leaves the window.
 bool Scheduler::floors_allow_exclusive(const StepCtx& c) const {
   for (TierId t = 0; t < c.n_tiers; ++t) {
     const size_t u = size_t(t);
     if (tiers_[u].config().interrupt || c.demand[u] == 0) continue;
-    const int64_t got = window_sum_[u] - window_[window_pos_][u];
-    const int64_t owed = window_floor_sum_[u] - window_floor_[window_pos_][u] + c.entitled[u];
+    const int64_t got = window_got_sum_[u] - window_got_[window_pos_][u];
+    const int64_t owed = window_owed_sum_[u] - window_owed_[window_pos_][u] + c.entitled_ns[u];
     if (got < owed) return false;
   }
   return true;
@@ -429,7 +476,19 @@ bool Scheduler::floors_allow_exclusive(const StepCtx& c) const {
 //     limits (the operator's choice; the step says so: exclusive_forced).
 void Scheduler::make_exclusive(StepCtx& c) {
   c.entitled.resize(size_t(c.n_tiers));
-  for (size_t t = 0; t < size_t(c.n_tiers); ++t) c.entitled[t] = std::min(c.tok_floor[t], c.demand[t]);
+  c.entitled_ns.assign(size_t(c.n_tiers), 0);
+  for (size_t t = 0; t < size_t(c.n_tiers); ++t) {
+    c.entitled[t] = std::min(c.tok_floor[t], c.demand[t]);
+    double ns = 0;
+    int64_t left = c.entitled[t];
+    for (const Candidate& cand : c.cands[t]) {
+      if (left <= 0) break;
+      const int64_t k = std::min(cand.want, left);
+      ns += tokens_cost_ns(cand, k);
+      left -= k;
+    }
+    c.entitled_ns[t] = int64_t(ns);
+  }
   bool any = false, promoted = false;
   for (TierId t = 0; t < c.n_tiers; ++t) {
     if (!tiers_[size_t(t)].config().interrupt) continue;
@@ -601,8 +660,10 @@ Plan Scheduler::schedule(int64_t now_ns) {
   if (window_.size() != size_t(cfg_.share_window_steps)) {
     window_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
     window_sum_.assign(n, 0);
-    window_floor_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
-    window_floor_sum_.assign(n, 0);
+    window_got_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
+    window_got_sum_.assign(n, 0);
+    window_owed_.assign(size_t(cfg_.share_window_steps), std::vector<int64_t>(n, 0));
+    window_owed_sum_.assign(n, 0);
     window_exclusive_.assign(size_t(cfg_.share_window_steps), false);
     n_exclusive_ = 0;
     window_pos_ = 0;

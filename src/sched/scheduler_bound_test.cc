@@ -50,6 +50,7 @@ struct Life {
   Reason reason = Reason::kNone;
   int64_t start_ns = -1;       // first step that computed it
   int64_t blocked_ns = 0;      // time in steps with other tiers' work while it waited
+  int64_t first_out_ns = -1;   // end of the step that produced its first output
   bool ended = false;
 };
 
@@ -62,6 +63,10 @@ struct Sim {
   size_t next = 0;
   std::map<RequestId, Life> life;
   int64_t n_steps = 0, n_interrupted = 0, n_forced = 0;
+  // Time the steps spent on each tier's tokens (its tokens' cost and its part of the fixed
+  // cost), and in all, over steps that completed.
+  std::map<TierId, double> tier_ns;
+  double busy_ns = 0;
 
   void admit_until(int64_t t) {
     while (next < arrivals.size() && arrivals[next].at_ns <= t) {
@@ -134,9 +139,21 @@ struct Sim {
           u.requests.push_back(r);
         }
       } else {
+        std::map<TierId, double> own;
+        double sum = 0;
+        for (const PlanEntry& en : p.entries) {
+          const double x = cost.token_ns * double(en.n_tokens) + cost.output_ns * double(en.n_outputs);
+          own[en.tier] += x;
+          sum += x;
+        }
+        for (const auto& [t, x] : own) tier_ns[t] += x + (sum > 0 ? cost.fixed_ns * x / sum : 0);
+        busy_ns += double(dur);
         u = e.step(p);
-        for (const PlanEntry& en : p.entries)
-          if (life[en.id].start_ns < 0) life[en.id].start_ns = now;
+        for (const PlanEntry& en : p.entries) {
+          Life& l = life[en.id];
+          if (l.start_ns < 0) l.start_ns = now;
+          if (en.n_outputs > 0 && l.first_out_ns < 0) l.first_out_ns = end;
+        }
       }
       EXPECT_TRUE(s.update(p, u).is_ok());
       e.sync(s);
@@ -279,6 +296,68 @@ TEST(SchedulerBound, PredictedWaitOfTheFastTier) {
   ASSERT_TRUE(d.accepted);
   EXPECT_EQ(d.tier_served, 1);
   EXPECT_EQ(d.reason, Reason::kPredictedWait);
+}
+
+// Stable latency, in simulated time: the default tiers with the step cost this tierserve
+// measured for Gemma 3 270M on a 2-vCPU Xeon with its AVX2 kernels (a budget of 128 and a
+// burst of 128, as derived there), 209-token fast prompts at 0.469 req/s (half the fast
+// tier's share), alone and against a standard flood at 3x what the machine sustains. The
+// fast tier's TTFT under the flood stays within 1.1x of its solo value at P50 and P99
+// (the target is 1.5x, its goal 1.25x), and standard keeps its floor in time.
+// This holds because floors are kept in time (floors_allow_exclusive): standard, decoding
+// 16 rows a step, is owed the cost of those rows, not a half budget of tokens it never
+// asked for, so the fast prompt's second exclusive step is not refused.
+TEST(SchedulerBound, FastTtftUnderAFloodStaysNearItsSoloValue) {
+  StepCost c;
+  c.fixed_ns = 12.3 * kMs;
+  c.token_ns = 1.22 * kMs;
+  c.output_ns = 1.77 * kMs;
+  c.pair_ns = 2500;
+  c.n_layers = 18;
+  double p50[2] = {0, 0}, p99[2] = {0, 0};
+  for (int flooded = 0; flooded < 2; ++flooded) {
+    SchedConfig cfg = default_config();
+    cfg.step_token_budget = 128;
+    cfg.tiers[0].burst_tokens = 128;
+    cfg.kv_blocks_total = 1 << 20;
+    cfg.kv_block_size = 16;
+    auto s = Scheduler::create(cfg);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    (*s)->set_step_cost(c);
+    Sim sim{**s};
+    sim.cost = c;
+    Rng rng(2026);
+    RequestId id = 1;
+    const int64_t horizon = 200'000 * kMs;
+    const auto fast = poisson(rng, 0, 0.469, 209, 16, horizon, id);
+    sim.arrivals = fast;
+    if (flooded) {
+      const auto st = poisson(rng, 1, 17.5, 40, 32, horizon, id);
+      sim.arrivals.insert(sim.arrivals.end(), st.begin(), st.end());
+    }
+    std::sort(sim.arrivals.begin(), sim.arrivals.end(), [](const Arrival& a, const Arrival& b) { return a.at_ns < b.at_ns; });
+    sim.run(horizon + 60'000 * kMs);
+    std::vector<double> ttft;
+    for (const auto& a : fast) {
+      const Life& l = sim.life[a.r.id];
+      ASSERT_TRUE(l.accepted && l.served == 0) << "fast request " << a.r.id << " was told (within its share)";
+      ASSERT_GE(l.first_out_ns, 0) << "fast request " << a.r.id;
+      ttft.push_back(double(l.first_out_ns - l.arrival_ns) / 1e6);
+    }
+    ASSERT_GE(ttft.size(), 60u);
+    std::sort(ttft.begin(), ttft.end());
+    p50[flooded] = ttft[ttft.size() / 2];
+    p99[flooded] = ttft[size_t(0.99 * double(ttft.size() - 1))];
+    if (flooded) {
+      // Standard had demand throughout: its floor (0.5) is a lower bound on its time.
+      EXPECT_GE(sim.tier_ns[1] / sim.busy_ns, 0.5) << sim.tier_ns[1] / 1e9 << " s of " << sim.busy_ns / 1e9;
+      std::printf("standard got %.2f of the engine's time\n", sim.tier_ns[1] / sim.busy_ns);
+    }
+  }
+  std::printf("fast TTFT P50 / P99: alone %.0f / %.0f ms, under the flood %.0f / %.0f ms (%.2fx / %.2fx)\n", p50[0],
+              p99[0], p50[1], p99[1], p50[1] / p50[0], p99[1] / p99[0]);
+  EXPECT_LE(p50[1], 1.1 * p50[0]);
+  EXPECT_LE(p99[1], 1.1 * p99[0]);
 }
 
 }  // namespace

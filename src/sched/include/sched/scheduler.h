@@ -166,6 +166,8 @@ class Scheduler {
   bool may_run_exclusive(TierId t, int64_t budget) const;
   void make_exclusive(StepCtx& c);
   bool floors_allow_exclusive(const StepCtx& c) const;
+  const StepCost& floor_cost() const;
+  double tokens_cost_ns(const Candidate& cand, int64_t n) const;
   int64_t place(StepCtx& c, Candidate& cand, int64_t n_tokens, bool may_preempt);
   bool preempt_for(StepCtx& c, Req& for_req, int64_t n_blocks);
   int64_t reserve_need(const Req& r, int64_t planned, int64_t blocks) const;
@@ -189,10 +191,10 @@ class Scheduler {
   std::vector<std::vector<int64_t>> window_;
   size_t window_pos_ = 0;
   std::vector<int64_t> window_sum_;
-  // Per tier and plan of the window: the tokens its floor entitled it to, min(share_min x
-  // budget, demand), and their sums (exclusive steps must leave every floor met on average).
-  std::vector<std::vector<int64_t>> window_floor_;
-  std::vector<int64_t> window_floor_sum_;
+  // Per tier and plan of the window, in floor_cost() nanoseconds: the part of the step's
+  // time it received, and what its floor was owed (floors_allow_exclusive), with sums.
+  std::vector<std::vector<int64_t>> window_got_, window_owed_;
+  std::vector<int64_t> window_got_sum_, window_owed_sum_;
   // Which of those plans were exclusive (Plan::exclusive), and how many.
   std::vector<bool> window_exclusive_;
   int32_t n_exclusive_ = 0;
