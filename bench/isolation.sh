@@ -311,7 +311,8 @@ def f0(x):
 
 def refused(t):
     e = t.get("errors_by_type", {}) if t else {}
-    return e.get("http_429", 0) + e.get("http_503", 0)
+    # 429/503 before the headers, or in-band after a stream's headers went out at admission
+    return e.get("http_429", 0) + e.get("http_503", 0) + e.get("stream_refused", 0)
 
 
 def counts(j, tier):
@@ -344,7 +345,7 @@ def admitted(cell):
             r = json.loads(line)
             if r.get("phase") != "steady":
                 continue
-            if r.get("status") in (429, 503):
+            if r.get("status") in (429, 503) or r.get("error") == "stream_refused":
                 refused_n += 1
             elif r.get("status") == 200 and r.get("tier_served") == "ultrafast":
                 ttft.append(r["ttft_ms"])

@@ -11,6 +11,7 @@ PACKAGES=(
   chromium
   clang libclang-rt-14-dev
   python3 python3-venv python3-pip
+  shellcheck systemd
 )
 
 SUDO=""

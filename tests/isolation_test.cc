@@ -170,12 +170,19 @@ class Isolation : public ::testing::Test {
     return r;
   }
 
-  // Nothing lost: every request of `t` completed or got an explicit 429/503 with a
-  // Retry-After (read from the per-request JSONL of run `name`).
+  // Refusals the client saw: a 429/503 before the headers, or an in-stream refusal event
+  // (queue_timeout, shedding) after a stream's headers went out at admission.
+  static int refused(const nlohmann::json& t) {
+    const auto& e = t["errors_by_type"];
+    return e.value("http_429", 0) + e.value("http_503", 0) + e.value("stream_refused", 0);
+  }
+
+  // Nothing lost: every request of `t` completed or was refused explicitly, a 429/503
+  // with a Retry-After (read from the per-request JSONL of run `name`) or in-band.
   static void expect_nothing_lost(const nlohmann::json& t, const std::string& name, const std::string& tier) {
     const int n_429 = t["errors_by_type"].value("http_429", 0), n_503 = t["errors_by_type"].value("http_503", 0);
-    EXPECT_EQ(t.value("ok", -1) + n_429 + n_503, t.value("requests", -2))
-        << tier << ": errors other than 429/503 (timeouts, drops, truncated streams): " << t["errors_by_type"].dump();
+    EXPECT_EQ(t.value("ok", -1) + refused(t), t.value("requests", -2))
+        << tier << ": errors other than refusals (timeouts, drops, truncated streams): " << t["errors_by_type"].dump();
     std::ifstream in(kWork + "/" + name + ".jsonl");
     std::string line;
     int n_refused = 0;
@@ -196,7 +203,7 @@ class Isolation : public ::testing::Test {
       return counter(r.after, "tierserve_requests_total", tier, "outcome", outcome) -
              counter(r.before, "tierserve_requests_total", tier, "outcome", outcome);
     };
-    const int n_refused = t["errors_by_type"].value("http_429", 0) + t["errors_by_type"].value("http_503", 0);
+    const int n_refused = refused(t);
     EXPECT_EQ(delta("ok"), t.value("ok", -1)) << tier;
     EXPECT_EQ(delta("rejected"), n_refused) << tier;
     EXPECT_EQ(delta("error"), 0) << tier;
@@ -369,8 +376,7 @@ TEST_F(Isolation, UltrafastBeyondItsShareIsToldAndTheAdmittedWaitWithinTheBound)
   // Nothing lost, on either tier.
   expect_nothing_lost(tier_of(j, "standard"), "beyond", "standard");
   const auto uf = tier_of(j, "ultrafast");
-  const int uf_refused = uf["errors_by_type"].value("http_429", 0) + uf["errors_by_type"].value("http_503", 0);
-  EXPECT_EQ(uf.value("ok", -1) + uf_refused, uf.value("requests", -2)) << uf["errors_by_type"].dump();
+  EXPECT_EQ(uf.value("ok", -1) + refused(uf), uf.value("requests", -2)) << uf["errors_by_type"].dump();
   std::printf("[isolation] beyond its share: ultrafast %.1f req/s of ~%.0f-token prompts: %d served on ultrafast "
               "(worst queue %.1f ms, not asserted; the server's bound %.1f ms; at most %d steps of other tiers "
               "waited through), %d downgraded or refused explicitly (%.0f by predicted_wait)\n",

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""The official `openai` Python SDK (pinned in scripts/requirements.txt) against the real
-`tierserve serve` binary on port 0 with stories260K: completions, chat, streaming with the
-usage chunk, service_tier, the tierserve headers, errors and API keys as the SDK sees them.
+"""Real clients (pinned in scripts/requirements.txt) against the real `tierserve serve`
+binary on port 0 with stories260K: the official `openai` SDK (completions, chat, streaming
+with the usage chunk, service_tier as OpenAI defines it, the tierserve headers, errors,
+API keys, its retry on 429 with Retry-After), every body and chunk validated strictly with
+the SDK's own models, langchain-openai's ChatOpenAI, and the `llm` CLI.
 
 Run by CTest with .venv's python:  openai_sdk_test.py --bin build/bin/tierserve --model M --work DIR
 Exits 77 (CTest: skipped) when the openai package is not installed, unless
 TIERSERVE_REQUIRE_OPENAI=1 (scripts/test.sh sets it), which makes that a failure.
 """
 import argparse
+import json
 import os
+import threading
 import signal
 import subprocess
 import sys
@@ -25,7 +29,7 @@ ARGS = None
 
 
 class Server:
-    def __init__(self, name, config_yaml, extra=()):
+    def __init__(self, name, config_yaml, extra=(), model=None):
         os.makedirs(ARGS.work, exist_ok=True)
         self.cfg = os.path.join(ARGS.work, name + ".yaml")
         self.port_file = os.path.join(ARGS.work, name + ".port")
@@ -35,7 +39,7 @@ class Server:
             os.unlink(self.port_file)
         self.err = open(os.path.join(ARGS.work, name + ".stderr"), "w")
         self.proc = subprocess.Popen(
-            [ARGS.bin, "serve", "-c", self.cfg, "-m", ARGS.model, "-t", "1", "--port", "0",
+            [ARGS.bin, "serve", "-c", self.cfg, "-m", model or ARGS.model, "-t", "1", "--port", "0",
              "--port-file", self.port_file, *extra],
             stdout=subprocess.DEVNULL, stderr=self.err)
         deadline = time.time() + 60
@@ -61,10 +65,31 @@ class Server:
         return rc
 
 
+# The SDK's response models, validated strictly (pydantic strict mode: no coercions, enums
+# such as service_tier checked). The SDK's own create() builds them leniently.
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+OPENAI_TIERS = {"auto", "default", "flex", "scale", "priority"}
+
+
+def raw_post(url, path, body, headers=None):
+    """POST a JSON body; returns (status, headers, text) without the SDK in between."""
+    import httpx
+    r = httpx.post(url + path, json=body, headers=headers or {}, timeout=30)
+    return r.status_code, r.headers, r.text
+
+
+def sse_payloads(text):
+    return [l[len("data: "):] for l in text.split("\n") if l.startswith("data: ")]
+
+
 class OpenAiSdk(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server("sdk", "http: {threads: 2}\n")
+        # Two served names for the one model: requests may use either.
+        cls.srv = Server("sdk", "http: {threads: 2}\n", extra=["--served-model-name", "stories260K",
+                                                               "--served-model-name", "m"])
         cls.client = openai.OpenAI(base_url=cls.srv.url(), api_key="unused", max_retries=0, timeout=30)
 
     @classmethod
@@ -87,11 +112,16 @@ class OpenAiSdk(unittest.TestCase):
         self.assertIsInstance(r.choices[0].message.content, str)
         self.assertEqual(r.choices[0].message.role, "assistant")
         self.assertEqual(r.usage.completion_tokens, 8)
-        self.assertEqual(r.service_tier, "standard")
-        for asked, served in (("priority", "ultrafast"), ("flex", "batch"), ("default", "standard")):
-            r = self.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
-                                                    max_tokens=2, service_tier=asked)
-            self.assertEqual(r.service_tier, served, asked)
+        self.assertEqual(r.service_tier, "default")  # OpenAI's value; tierserve's tier in the headers
+        for asked, served, tier in (("priority", "priority", "ultrafast"), ("fast", "priority", "ultrafast"),
+                                    ("flex", "flex", "batch"), ("default", "default", "standard"),
+                                    ("scale", "default", "standard"), ("auto", "default", "standard"),
+                                    ("ultrafast", "priority", "ultrafast"), ("batch", "flex", "batch")):
+            raw = self.client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2, service_tier=asked)
+            self.assertEqual(raw.parse().service_tier, served, asked)
+            self.assertEqual(raw.headers["x-tierserve-tier-served"], tier, asked)
+            self.assertEqual(json.loads(raw.text)["tierserve"]["tier_served"], tier, asked)
 
     def test_stream_with_usage(self):
         plain = self.client.completions.create(model="m", prompt="Once upon a time", max_tokens=24, temperature=0)
@@ -118,7 +148,7 @@ class OpenAiSdk(unittest.TestCase):
             tiers.add(chunk.service_tier)
             if chunk.choices and chunk.choices[0].delta.content:
                 content += chunk.choices[0].delta.content
-        self.assertEqual(tiers, {"ultrafast"})
+        self.assertEqual(tiers, {"priority"})
         self.assertTrue(content)
 
     def test_logprobs(self):
@@ -163,7 +193,7 @@ class OpenAiSdk(unittest.TestCase):
                                                                extra_body={"service_tier": "flex"})
         self.assertEqual(raw.headers["x-tierserve-tier-requested"], "batch")
         self.assertEqual(raw.headers["x-tierserve-tier-served"], "batch")
-        self.assertEqual(raw.parse().service_tier, "batch")
+        self.assertEqual(raw.parse().service_tier, "flex")
 
     def test_token_id_prompt(self):
         # stories260K's tokens of "Once upon a time", BOS first.
@@ -198,14 +228,134 @@ class OpenAiSdk(unittest.TestCase):
 
     def test_models(self):
         ids = [m.id for m in self.client.models.list()]
-        self.assertEqual(ids, ["stories260K"])
+        self.assertEqual(ids, ["stories260K", "m"])
+        self.assertEqual(self.client.models.retrieve("m").id, "m")
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.models.retrieve("gpt-17")
+        self.assertEqual(e.exception.code, "model_not_found")
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.completions.create(model="gpt-17", prompt="Hi", max_tokens=1)
+        self.assertEqual(e.exception.code, "model_not_found")
+        self.assertEqual(e.exception.body["param"], "model")
+        r = self.client.completions.create(model="stories260K", prompt="Hi", max_tokens=1)
+        self.assertEqual(r.model, "stories260K")  # the name asked for
+
+    # --- strict validation of every body and chunk with the SDK's models ---------------
+
+    def test_strict_bodies(self):
+        url = self.srv.url()
+        chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
+        for tier in ("priority", "default", "flex", "auto", "ultrafast", "standard", "batch"):
+            st, _, text = raw_post(url, "/chat/completions", {**chat, "service_tier": tier})
+            self.assertEqual(st, 200, text)
+            c = ChatCompletion.model_validate(json.loads(text), strict=True)
+            self.assertIn(c.service_tier, OPENAI_TIERS)
+        st, _, text = raw_post(url, "/chat/completions", {**chat, "logprobs": True, "top_logprobs": 2, "stop": ["\n"]})
+        self.assertEqual(st, 200, text)
+        c = ChatCompletion.model_validate(json.loads(text), strict=True)
+        self.assertIsNotNone(c.choices[0].logprobs)
+        st, _, text = raw_post(url, "/completions", {"model": "m", "prompt": "Once", "max_tokens": 5, "logprobs": 2,
+                                                     "stop": "Lily", "service_tier": "flex"})
+        self.assertEqual(st, 200, text)
+        Completion.model_validate(json.loads(text), strict=True)
+
+    def test_strict_stream_chunks_usage_null_until_the_usage_chunk(self):
+        url = self.srv.url()
+        for body in ({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                      "logprobs": True, "top_logprobs": 1, "service_tier": "priority"},
+                     {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "stop": ["."]}):
+            st, headers, text = raw_post(url, "/chat/completions",
+                                         {**body, "stream": True, "stream_options": {"include_usage": True}})
+            self.assertEqual(st, 200, text)
+            self.assertEqual(headers.get("x-accel-buffering"), "no")
+            payloads = sse_payloads(text)
+            self.assertEqual(payloads[-1], "[DONE]")
+            chunks = [json.loads(p) for p in payloads[:-1]]
+            for ch in chunks[:-1]:
+                self.assertIn("usage", ch)
+                self.assertIsNone(ch["usage"])
+            self.assertIsNotNone(chunks[-1]["usage"])
+            self.assertEqual(chunks[-1]["choices"], [])
+            for ch in chunks:
+                ChatCompletionChunk.model_validate(ch, strict=True)
+                self.assertIn(ch["service_tier"], OPENAI_TIERS)
+        st, _, text = raw_post(url, "/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True,
+                                                     "stream_options": {"include_usage": True}})
+        self.assertEqual(st, 200, text)
+        chunks = [json.loads(p) for p in sse_payloads(text)[:-1]]
+        self.assertGreaterEqual(len(chunks), 2)
+        for ch in chunks:
+            # The SDK types a streamed completion chunk as Completion, whose choices'
+            # finish_reason admits no null; OpenAI's own chunks carry null until the last,
+            # as ours do (asserted), so for the strict check of everything else a null
+            # stands in as "length".
+            for c in ch["choices"]:
+                if c["finish_reason"] is None:
+                    c["finish_reason"] = "length"
+                else:
+                    self.assertIs(ch, chunks[-2])  # only the final text chunk says why it stopped
+            Completion.model_validate(ch, strict=True)
+            self.assertIn(ch["service_tier"], OPENAI_TIERS)
+        self.assertIsNotNone(chunks[-1]["usage"])
+
+    def test_strict_error_bodies(self):
+        from openai.types.shared import ErrorObject
+        url = self.srv.url()
+        for path, body, status, code in (
+                ("/completions", {"model": "m", "prompt": "Hi", "n": 3}, 400, "unsupported_parameter"),
+                ("/completions", {"model": "nope", "prompt": "Hi"}, 404, "model_not_found"),
+                ("/chat/completions", {"model": "m", "messages": []}, 400, "invalid_value"),
+                ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                       "service_tier": "gold"}, 400, "invalid_value")):
+            st, _, text = raw_post(url, path, body)
+            self.assertEqual(st, status, text)
+            e = ErrorObject.model_validate(json.loads(text)["error"], strict=True)
+            self.assertEqual(e.code, code)
+
+    def test_request_id_is_used_or_made(self):
+        url = self.srv.url()
+        body = {"model": "m", "prompt": "Hi", "max_tokens": 1}
+        _, h, _ = raw_post(url, "/completions", body, {"X-Request-Id": "req-abc-123"})
+        self.assertEqual(h["x-request-id"], "req-abc-123")
+        for bad in ("x" * 200, "has space", "caf\u00e9"):
+            try:
+                _, h, _ = raw_post(url, "/completions", body, {"X-Request-Id": bad})
+            except UnicodeEncodeError:
+                continue
+            self.assertNotEqual(h["x-request-id"], bad)
+            self.assertRegex(h["x-request-id"], r"^[0-9a-f]{32}$")
+        _, h, _ = raw_post(url, "/completions", body, {
+            "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+        self.assertRegex(h["x-request-id"], r"^[0-9a-f]{32}$")
+        with open(self.srv.err.name) as f:
+            log = f.read()
+        self.assertIn("trace_id=4bf92f3577b34da6a3ce929d0e0e4736", log)
+        self.assertIn("request_id=req-abc-123", log)
+
+    def test_tokenize_and_detokenize(self):
+        url = self.srv.url().rsplit("/v1", 1)[0]
+        st, _, text = raw_post(url, "/tokenize", {"model": "m", "prompt": "Once upon a time"})
+        self.assertEqual(st, 200, text)
+        t = json.loads(text)
+        self.assertEqual(t["tokens"], [1, 403, 407, 261, 378])
+        self.assertEqual(t["count"], 5)
+        self.assertGreater(t["max_model_len"], 0)
+        st, _, text = raw_post(url, "/detokenize", {"model": "m", "tokens": t["tokens"][1:]})
+        self.assertEqual(st, 200, text)
+        self.assertEqual(json.loads(text)["prompt"], "Once upon a time")
+        st, _, text = raw_post(url, "/tokenize", {"messages": [{"role": "user", "content": "Hi"}]})
+        self.assertEqual(st, 200, text)
+        self.assertGreater(json.loads(text)["count"], 2)
+        st, _, text = raw_post(url, "/detokenize", {"tokens": [10 ** 9]})
+        self.assertEqual(st, 400, text)
 
 
 class OpenAiSdkKeys(unittest.TestCase):
     def test_keys_and_rate_limit(self):
         key_hash = subprocess.run([ARGS.bin, "serve", "--hash-key", "sk-sdk"], capture_output=True, text=True,
                                   check=True).stdout.strip()
-        srv = Server("sdk_keys", f"keys:\n  - {{name: sdk, sha256: {key_hash}, requests_per_min: 2}}\n")
+        srv = Server("sdk_keys", f"keys:\n  - {{name: sdk, sha256: {key_hash}, requests_per_min: 2}}\n",
+                     extra=["--served-model-name", "m"])
         try:
             bad = openai.OpenAI(base_url=srv.url(), api_key="sk-wrong", max_retries=0)
             with self.assertRaises(openai.AuthenticationError):
@@ -220,6 +370,76 @@ class OpenAiSdkKeys(unittest.TestCase):
             self.assertEqual(e.exception.response.headers["x-ratelimit-remaining-requests"], "0")
         finally:
             self.assertEqual(srv.stop(), 0)
+
+    def test_sdk_retries_a_429_after_its_retry_after(self):
+        # One request at a time per key: while a long one runs, the next is refused 429 with
+        # Retry-After; the SDK waits and retries, and gets through once the first is done.
+        key_hash = subprocess.run([ARGS.bin, "serve", "--hash-key", "sk-one"], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        model = os.path.join(ARGS.work, "llama15m.gguf")
+        if not os.path.exists(model):
+            subprocess.run([ARGS.bin, "make-model", "--arch", "llama", "--shape", "15m", "--type", "q8_0", "-o", model],
+                           check=True, capture_output=True)
+        srv = Server("sdk_retry", f"keys:\n  - {{name: one, sha256: {key_hash}, max_concurrent: 1}}\n",
+                     extra=["--served-model-name", "m"], model=model)
+        try:
+            slow = openai.OpenAI(base_url=srv.url(), api_key="sk-one", max_retries=0, timeout=60)
+            done = threading.Event()
+
+            def long_one():
+                slow.completions.create(model="m", prompt="Once", max_tokens=1200, extra_body={"ignore_eos": True})
+                done.set()
+
+            t = threading.Thread(target=long_one)
+            t.start()
+            time.sleep(0.3)
+            with self.assertRaises(openai.RateLimitError):
+                slow.completions.create(model="m", prompt="Hi", max_tokens=1)
+            patient = openai.OpenAI(base_url=srv.url(), api_key="sk-one", max_retries=8, timeout=60)
+            raw = patient.completions.with_raw_response.create(model="m", prompt="Hi", max_tokens=1)
+            self.assertEqual(raw.http_response.status_code, 200)
+            self.assertGreaterEqual(raw.retries_taken, 1)
+            t.join()
+            self.assertTrue(done.is_set())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+class OtherClients(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("clients", "", extra=["--served-model-name", "stories260K"])
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.srv.stop() == 0
+
+    def test_langchain_chat_openai_invoke_and_stream(self):
+        from langchain_openai import ChatOpenAI
+        llm = ChatOpenAI(model="stories260K", base_url=self.srv.url(), api_key="unused", max_tokens=8,
+                         temperature=0, max_retries=0)
+        msg = llm.invoke("Once upon a time")
+        self.assertIsInstance(msg.content, str)
+        self.assertTrue(msg.content)
+        self.assertEqual(msg.response_metadata.get("model_name"), "stories260K")
+        parts = [c.content for c in llm.stream("Once upon a time")]
+        self.assertGreater(len(parts), 1)
+        self.assertEqual("".join(parts), msg.content)
+
+    def test_llm_cli_prompt_and_stream(self):
+        # The `llm` CLI with tierserve registered as an OpenAI-compatible model
+        # (extra-openai-models.yaml in its user directory).
+        user_dir = os.path.join(ARGS.work, "llm-user")
+        os.makedirs(user_dir, exist_ok=True)
+        with open(os.path.join(user_dir, "extra-openai-models.yaml"), "w") as f:
+            f.write(f"- model_id: tierserve\n  model_name: stories260K\n  api_base: \"{self.srv.url()}\"\n")
+        env = {**os.environ, "LLM_USER_PATH": user_dir, "OPENAI_API_KEY": "unused"}
+        llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
+        for extra in ([], ["--no-stream"]):
+            r = subprocess.run([llm_bin, "-m", "tierserve", *extra, "-o", "max_tokens", "8", "-o", "temperature", "0",
+                                "Once upon a time"], capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.strip(), r.stderr)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <tuple>
 
 #include "server_test_util.h"
 
@@ -92,7 +93,7 @@ TEST_F(ServeBasic, CompletionMatchesTheGreedyGolden) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
   EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0);
-  EXPECT_EQ(j["service_tier"], "standard");
+  EXPECT_EQ(j["service_tier"], "default");  // OpenAI's value for the tier that served
   EXPECT_EQ(j["tierserve"]["tier_served"], "standard");
   EXPECT_GE(j["tierserve"]["ttft_ms"].get<double>(), 0.0);
   EXPECT_EQ(r.header("x-tierserve-tier-requested"), "standard");
@@ -162,13 +163,16 @@ TEST_F(ServeBasic, ChatWithTheFallbackTemplate) {
 }
 
 TEST_F(ServeBasic, ServiceTierMapping) {
-  const std::pair<const char*, const char*> cases[] = {
-      {"priority", "ultrafast"}, {"default", "standard"}, {"auto", "standard"}, {"flex", "batch"},
-      {"batch", "batch"},        {"ultrafast", "ultrafast"}};
-  for (const auto& [asked, tier] : cases) {
+  // Asked for -> tierserve's tier (header) -> OpenAI's value in the body.
+  const std::tuple<const char*, const char*, const char*> cases[] = {
+      {"priority", "ultrafast", "priority"}, {"fast", "ultrafast", "priority"}, {"default", "standard", "default"},
+      {"auto", "standard", "default"},       {"scale", "standard", "default"}, {"flex", "batch", "flex"},
+      {"batch", "batch", "flex"},            {"ultrafast", "ultrafast", "priority"}};
+  for (const auto& [asked, tier, openai] : cases) {
     const HttpResult r = post("/v1/completions", std::string(R"({"prompt":"Hi","max_tokens":2,"service_tier":")") + asked + "\"}");
     ASSERT_EQ(r.status, 200) << asked << r.body;
-    EXPECT_EQ(body_json(r)["service_tier"], tier) << asked;
+    EXPECT_EQ(body_json(r)["service_tier"], openai) << asked;
+    EXPECT_EQ(body_json(r)["tierserve"]["tier_served"], tier) << asked;
     EXPECT_EQ(r.header("x-tierserve-tier-served"), tier);
   }
   const HttpResult bad = post("/v1/completions", R"({"prompt":"Hi","service_tier":"platinum"})");
@@ -354,7 +358,7 @@ TEST_F(ServeKeys, DowngradeConcurrencyDisconnectAndRateLimit) {
   EXPECT_EQ(d.header("x-tierserve-tier-requested"), "ultrafast");
   EXPECT_EQ(d.header("x-tierserve-tier-served"), "standard");
   EXPECT_EQ(d.header("x-tierserve-degraded-reason"), "not_entitled");
-  EXPECT_EQ(body_json(d)["service_tier"], "standard");
+  EXPECT_EQ(body_json(d)["service_tier"], "default");
   EXPECT_EQ(body_json(d)["tierserve"]["degraded_reason"], "not_entitled");
   EXPECT_EQ(d.header("x-ratelimit-limit-requests"), "3");
   EXPECT_EQ(d.header("x-ratelimit-remaining-requests"), "2");
@@ -661,13 +665,26 @@ TEST(ServeDegrade, DowngradedStreamSaysSoInHeadersAndInBand) {
   first.close();
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.header("x-tierserve-tier-requested"), "ultrafast");
-  EXPECT_EQ(r.header("x-tierserve-tier-served"), "standard");
-  const std::string reason = r.header("x-tierserve-degraded-reason");
-  EXPECT_TRUE(reason == "queue_timeout" || reason == "predicted_wait") << reason;
+  // The headers go out at admission: they say standard when the server knew at once
+  // (predicted_wait), ultrafast when the request was downgraded while queued (after 300 ms).
+  const std::string served = r.header("x-tierserve-tier-served");
+  EXPECT_TRUE(served == "standard" || served == "ultrafast") << served;
+  if (served == "standard") {
+    const std::string reason = r.header("x-tierserve-degraded-reason");
+    EXPECT_TRUE(reason == "queue_timeout" || reason == "predicted_wait") << reason;
+  }
   const auto ev = sse_events(r.body);
   ASSERT_GE(ev.size(), 3u);
-  EXPECT_EQ(ev[0].rfind(": tierserve tier_changed from=ultrafast to=standard reason=", 0), 0u) << r.body;
-  EXPECT_EQ(json::parse(ev[1].substr(6))["service_tier"], "standard");
+  // Said in-band before any token, whatever the headers knew; the chunks carry the
+  // served tier's OpenAI value.
+  size_t first_data = 0;
+  while (first_data < ev.size() && ev[first_data].rfind("data: ", 0) != 0) ++first_data;
+  ASSERT_LT(first_data, ev.size()) << r.body;
+  bool said = false;
+  for (size_t i = 0; i < first_data; ++i)
+    said = said || ev[i].rfind(": tierserve tier_changed from=ultrafast to=standard reason=", 0) == 0;
+  EXPECT_TRUE(said) << r.body;
+  EXPECT_EQ(json::parse(ev[first_data].substr(6))["service_tier"], "default");
   EXPECT_EQ(ev.back(), "data: [DONE]");
   const std::string metrics = http(srv.port(), "GET", "/metrics").body;
   EXPECT_NE(metrics.find("tierserve_degradations_total{tier_requested=\"ultrafast\",tier_served=\"standard\""),
@@ -721,6 +738,115 @@ TEST(ServeDrain, SigtermFinishesInFlightThenExitsZero) {
   EXPECT_NE(srv.stderr_text().find("draining"), std::string::npos);
 }
 
+// ---------------------------------------------------------------------------------------
+// What an operator expects: the gauges gateways route on, streams behind proxies, logs.
+
+double scrape_value(int port, const std::string& series) {
+  const std::string m = http(port, "GET", "/metrics").body;
+  const size_t at = m.find("\n" + series + " ");
+  return at == std::string::npos ? -1.0 : std::atof(m.c_str() + at + series.size() + 2);
+}
+
+TEST(ServeOperator, KvUsageRisesDuringARequestAndFallsAfter) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "kvuse");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, "metrics: {vllm_names: true}\n", {"-m", kSlowModel, "-t", "1"}))
+      << srv.stderr_text();
+  EXPECT_EQ(scrape_value(srv.port(), "tierserve_kv_cache_usage_ratio"), 0.0);
+  EXPECT_EQ(scrape_value(srv.port(), "tierserve_num_requests_running"), 0.0);
+  OpenRequest r(srv.port(), "POST", "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true})");
+  ASSERT_TRUE(r.read_until("data: ")) << r.raw();
+  double during = 0;
+  for (int i = 0; i < 200 && during <= 0; ++i) {
+    during = scrape_value(srv.port(), "tierserve_kv_cache_usage_ratio");
+    if (during <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(during, 0.0);
+  EXPECT_LE(during, 1.0);
+  EXPECT_EQ(scrape_value(srv.port(), "tierserve_num_requests_running"), 1.0);
+  EXPECT_GT(scrape_value(srv.port(), "vllm:kv_cache_usage_perc{model_name=\"llama15m_q8_0\"}"), 0.0);
+  const HttpResult done = r.finish();
+  ASSERT_EQ(done.status, 200);
+  double after = 1;
+  for (int i = 0; i < 500 && after != 0; ++i) {
+    after = scrape_value(srv.port(), "tierserve_kv_cache_usage_ratio");
+    if (after != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(after, 0.0);
+  EXPECT_EQ(scrape_value(srv.port(), "vllm:num_requests_running{model_name=\"llama15m_q8_0\"}"), 0.0);
+  EXPECT_GT(scrape_value(srv.port(), "tierserve_prefix_cache_queries_total"), 0.0);
+  EXPECT_EQ(srv.stop(), 0);
+}
+
+// A stream that waits in a queue has its headers at admission and a ": queued" comment
+// while it waits; then it is served as usual.
+TEST(ServeOperator, QueuedStreamHasItsHeadersAtOnceAndQueuedComments) {
+  make_dirs_and_models();
+  ServerProcess srv(kWork, "queued");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, "http: {queued_notice_ms: 100}\ntiers:\n  - {name: standard, max_batch: 1}\n",
+                        {"-m", kSlowModel, "-t", "1"}))
+      << srv.stderr_text();
+  OpenRequest first(srv.port(), "POST", "/v1/completions",
+                    R"({"prompt":"Once upon a time","max_tokens":600,"ignore_eos":true,"stream":true})");
+  ASSERT_TRUE(first.read_until("data: ")) << first.raw();
+  OpenRequest second(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":4,"stream":true})");
+  ASSERT_TRUE(second.read_until("\r\n\r\n")) << second.raw();
+  EXPECT_EQ(second.raw().rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_NE(second.raw().find("X-Accel-Buffering: no"), std::string::npos);
+  ASSERT_TRUE(second.read_until(": queued")) << second.raw();
+  EXPECT_EQ(second.raw().find("data: {"), std::string::npos) << "queued comments come before any token";
+  const HttpResult a = first.finish(), b = second.finish();
+  EXPECT_EQ(a.status, 200);
+  EXPECT_EQ(b.status, 200);
+  EXPECT_EQ(sse_events(b.body).back(), "data: [DONE]");
+  EXPECT_EQ(srv.stop(), 0);
+}
+
+TEST(ServeOperator, VersionAndLogsThatNeverHoldAKey) {
+  make_dirs_and_models();
+  const std::string v = run_capture(std::string(TS_TIERSERVE_BIN) + " --version");
+  EXPECT_NE(v.find("tierserve 0."), std::string::npos) << v;
+  EXPECT_NE(v.find("(git "), std::string::npos) << v;
+  EXPECT_NE(v.find("compiler: "), std::string::npos) << v;
+  EXPECT_NE(v.find("kernels: "), std::string::npos) << v;
+  const std::string key = "sk-secret-operator-key";
+  ServerProcess srv(kWork, "logs");
+  ASSERT_TRUE(srv.start(TS_TIERSERVE_BIN, "keys:\n  - {name: team-a, sha256: " + hash_key(key) + "}\n",
+                        {"-m", kStories, "-t", "1", "--log-format", "json"}))
+      << srv.stderr_text();
+  const HttpResult r = http(srv.port(), "POST", "/v1/completions", R"({"prompt":"Hello there secret prompt","max_tokens":2})",
+                            {{"Authorization", "Bearer " + key}, {"X-Request-Id", "op-1"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-request-id"), "op-1");
+  EXPECT_EQ(srv.stop(), 0);
+  const std::string log = srv.stderr_text();
+  EXPECT_EQ(log.find(key), std::string::npos) << "the key is in the log";
+  EXPECT_EQ(log.find("secret prompt"), std::string::npos) << "the prompt is in the log";
+  // Every line is a JSON object with an RFC 3339 timestamp; one access line for the request.
+  std::istringstream lines(log);
+  std::string line;
+  int n_access = 0;
+  while (std::getline(lines, line)) {
+    const json j = json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    EXPECT_TRUE(j["ts"].is_string() && j["ts"].get<std::string>().size() == 24) << line;
+    if (j["msg"] == "access") {
+      ++n_access;
+      EXPECT_EQ(j["request_id"], "op-1");
+      EXPECT_EQ(j["key"], "team-a");
+      EXPECT_EQ(j["route"], "POST /v1/completions");
+      EXPECT_EQ(j["status"], 200);
+      EXPECT_EQ(j["tier_requested"], "standard");
+      EXPECT_EQ(j["tier_served"], "standard");
+      EXPECT_EQ(j["completion_tokens"], 2);
+      EXPECT_TRUE(j["e2e_ms"].is_number());
+      EXPECT_TRUE(j["client"].get<std::string>().rfind("127.0.0.1:", 0) == 0) << line;
+    }
+  }
+  EXPECT_EQ(n_access, 1) << log;
+}
+
 TEST(ServeConfigErrors, BadConfigExitsTwoWithAMessage) {
   make_dirs_and_models();
   ServerProcess srv(kWork, "badcfg");
@@ -732,6 +858,20 @@ TEST(ServeConfigErrors, BadConfigExitsTwoWithAMessage) {
   const std::string out2 = run_capture(std::string(TS_TIERSERVE_BIN) + " serve -c /nonexistent.yaml 2>&1; echo rc=$?");
   EXPECT_NE(out2.find("cannot read config file"), std::string::npos) << out2;
   EXPECT_NE(out2.find("rc=2"), std::string::npos) << out2;
+  // --set and the environment name what they set wrong.
+  const std::string out3 =
+      run_capture(std::string(TS_TIERSERVE_BIN) + " serve --set scheduler.bogus=1 --print-config 2>&1; echo rc=$?");
+  EXPECT_NE(out3.find("--set scheduler.bogus"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("rc=2"), std::string::npos) << out3;
+  const std::string out4 = run_capture("TIERSERVE_HTTP__THREADS=many " + std::string(TS_TIERSERVE_BIN) +
+                                       " serve --print-config 2>&1; echo rc=$?");
+  EXPECT_NE(out4.find("TIERSERVE_HTTP__THREADS (environment)"), std::string::npos) << out4;
+  EXPECT_NE(out4.find("rc=2"), std::string::npos) << out4;
+  const std::string out5 = run_capture("TIERSERVE_HTTP__THREADS=3 " + std::string(TS_TIERSERVE_BIN) +
+                                       " serve --set http.max_connections=7 --print-config 2>&1; echo rc=$?");
+  EXPECT_NE(out5.find("threads: 3"), std::string::npos) << out5;
+  EXPECT_NE(out5.find("max_connections: 7"), std::string::npos) << out5;
+  EXPECT_NE(out5.find("rc=0"), std::string::npos) << out5;
 }
 
 }  // namespace

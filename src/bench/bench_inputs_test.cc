@@ -227,7 +227,7 @@ TEST(ResponseReader, StreamTimesTokensAndReadsTierserveFields) {
   r.on_body("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", 1'000'000);
   r.on_body("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"choices\":[{\"del", 50'000'000);
   r.on_body("ta\":{\"content\":\" there\"}}]}\n\n", 60'000'000);
-  r.on_body("data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}],\"service_tier\":\"standard\","
+  r.on_body("data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}],\"service_tier\":\"default\","
             "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2},"
             "\"tierserve\":{\"tier_requested\":\"ultrafast\",\"tier_served\":\"standard\",\"degraded_reason\":\"queue_timeout\","
             "\"queue_ms\":12.5,\"ttft_ms\":40,\"preemptions\":1}}\n\ndata: [DONE]\n\n",
@@ -261,6 +261,13 @@ TEST(ResponseReader, ErrorsByType) {
       {500, "text/plain", "boom", "http_500"},
       {200, "text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", "incomplete"},
       {200, "text/event-stream", "data: {\"error\":{\"message\":\"engine failed\"}}\n\ndata: [DONE]\n\n", "stream_error"},
+      // Turned away in-band before any token: a refusal; after a token: a broken stream.
+      {200, "text/event-stream", "data: {\"error\":{\"message\":\"waited\",\"code\":\"queue_timeout\"}}\n\ndata: [DONE]\n\n",
+       "stream_refused"},
+      {200, "text/event-stream",
+       "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"w\",\"code\":\"overloaded\"}}\n\n"
+       "data: [DONE]\n\n",
+       "stream_error"},
       {200, "application/json", "not json", "protocol"},
   };
   for (const auto& c : cases) {

@@ -9,6 +9,13 @@ namespace ts::bench {
 
 using nlohmann::json;
 
+bool is_refusal_code(std::string_view code) {
+  for (std::string_view c : {"queue_full", "queue_timeout", "predicted_wait", "overloaded", "shed_for_higher_tier",
+                             "draining", "shutdown", "rate_limit_exceeded"})
+    if (code == c) return true;
+  return false;
+}
+
 ResponseReader::ResponseReader(RequestRecord* rec)
     : rec_(rec),
       sse_([this](std::string_view d) { on_event(d); }, [this](std::string_view c) { on_comment(c); }) {}
@@ -72,7 +79,10 @@ void ResponseReader::on_body(std::string_view bytes, int64_t now_ns) {
 void ResponseReader::read_object(const void* p) {
   const json& j = *static_cast<const json*>(p);
   if (!j.is_object()) return;
-  if (auto it = j.find("service_tier"); it != j.end() && it->is_string()) rec_->tier_served = it->get<std::string>();
+  // The body's service_tier is OpenAI's value (priority, default, flex); a server's own tier
+  // name, when it says one (x-tierserve-tier-served, the tierserve object), wins.
+  if (auto it = j.find("service_tier"); it != j.end() && it->is_string() && rec_->tier_served.empty())
+    rec_->tier_served = it->get<std::string>();
   if (auto it = j.find("usage"); it != j.end() && it->is_object()) {
     if (auto c = it->find("completion_tokens"); c != it->end() && c->is_number_integer()) {
       rec_->n_output_tokens = c->get<int>();
@@ -151,7 +161,9 @@ void ResponseReader::on_end(int64_t now_ns) {
     sse_.finish();
     if (!usage_tokens_) rec_->n_output_tokens = n_chunks_;
     if (!stream_error_.empty()) {
-      rec_->error = "stream_error";
+      // A stream whose headers went out at admission and that was then turned away before
+      // any token (queue timeout, shedding) is a refusal said in-band, not a broken stream.
+      rec_->error = n_chunks_ == 0 && is_refusal_code(rec_->error_code) ? "stream_refused" : "stream_error";
       rec_->error_detail = stream_error_.substr(0, 300);
     } else if (!saw_done_ && !saw_finish_) {
       rec_->error = "incomplete";

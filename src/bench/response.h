@@ -12,6 +12,10 @@
 
 namespace ts::bench {
 
+// An error code with which a server turns a request away (retrying later may succeed):
+// queue_full, queue_timeout, predicted_wait, overloaded, shed_for_higher_tier, draining...
+bool is_refusal_code(std::string_view code);
+
 class ResponseReader {
  public:
   explicit ResponseReader(RequestRecord* rec);

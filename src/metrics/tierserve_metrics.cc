@@ -77,6 +77,23 @@ std::vector<MetricDef> build() {
                                "The measured cost model of an engine step: per step (fixed), per token computed "
                                "(token) and per output row (output), calibrated at start and kept current.",
                                T::kGauge, {"part"}, {}};
+  // The model-server protocol of the Gateway API Inference Extension (its Endpoint Picker
+  // reads these; metrics.vllm_names also exports them under vLLM's names).
+  d[idx(Metric::kNumRequestsWaiting)] = {"tierserve_num_requests_waiting",
+                                         "Requests accepted and not running yet (all tiers).", T::kGauge, {}, {}};
+  d[idx(Metric::kNumRequestsRunning)] = {"tierserve_num_requests_running", "Requests holding KV cache (all tiers).",
+                                         T::kGauge, {}, {}};
+  d[idx(Metric::kKvCacheUsage)] = {"tierserve_kv_cache_usage_ratio",
+                                   "Fraction of the KV cache's blocks held by requests (0..1; cached prefixes not counted).",
+                                   T::kGauge, {}, {}};
+  d[idx(Metric::kCacheConfigInfo)] = {"tierserve_cache_config_info", "The KV cache's configuration (value 1).",
+                                      T::kGauge, {"block_size", "num_blocks"}, {}};
+  d[idx(Metric::kPrefixCacheQueries)] = {"tierserve_prefix_cache_queries_total",
+                                         "Prompt tokens looked up in the prefix cache.", T::kCounter, {}, {}};
+  d[idx(Metric::kPrefixCacheHits)] = {"tierserve_prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache (not computed again).", T::kCounter, {}, {}};
+  d[idx(Metric::kBuildInfo)] = {"tierserve_build_info", "The binary: version, git revision, kernels (value 1).",
+                                T::kGauge, {"version", "revision", "isa", "kernels"}, {}};
   return d;
 }
 

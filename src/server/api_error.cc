@@ -39,6 +39,16 @@ ApiError not_found_error(std::string message) {
   return e;
 }
 
+ApiError model_not_found(const std::string& name) {
+  ApiError e;
+  e.status = 404;
+  e.type = "invalid_request_error";
+  e.param = "model";
+  e.code = "model_not_found";
+  e.message = "The model '" + name + "' does not exist";
+  return e;
+}
+
 ApiError server_error(int status, std::string message, std::string code) {
   ApiError e;
   e.status = status;

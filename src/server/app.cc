@@ -1,11 +1,17 @@
 #include "server/app.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.h"
+#include "core/cpu_features.h"
+#include "kernels/traits.h"
+#include "metrics/process.h"
 #include "metrics/prometheus.h"
 #include "metrics/tierserve_metrics.h"
+#include "server/access_log.h"
 #include "server/api_error.h"
 
 namespace ts::server {
@@ -41,14 +47,29 @@ HttpResponse loading_response(const HttpRequest& req) {
 }
 
 App::App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry, const Clock& clock, std::string model_id)
-    : cfg_(cfg), backend_(backend), registry_(registry), clock_(clock), model_id_(std::move(model_id)), keys_(cfg.keys, clock) {
+    : cfg_(cfg),
+      backend_(backend),
+      registry_(registry),
+      clock_(clock),
+      model_names_(cfg.model.served_names.empty() ? std::vector<std::string>{std::move(model_id)} : cfg.model.served_names),
+      keys_(cfg.keys, clock) {
+  for (const auto& t : cfg_.sched.tiers)
+    for (const char* v : {"priority", "default", "flex", "scale"})
+      if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end() && it->second == t.name) {
+        openai_tiers_.emplace(t.name, v);
+        break;
+      }
   main_.add("POST", "/v1/chat/completions",
             [this](const HttpRequest& r, std::shared_ptr<Responder> o) { completions(r, std::move(o), Endpoint::kChat); });
   main_.add("POST", "/v1/completions",
             [this](const HttpRequest& r, std::shared_ptr<Responder> o) { completions(r, std::move(o), Endpoint::kCompletions); });
   main_.add("GET", "/v1/models", [this](const HttpRequest&, std::shared_ptr<Responder> o) { models(std::move(o)); });
+  main_.add_prefix("GET", "/v1/models/", [this](const HttpRequest& r, std::shared_ptr<Responder> o) { model(r, std::move(o)); });
+  main_.add("POST", "/tokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> o) { tokenize(r, std::move(o)); });
+  main_.add("POST", "/detokenize", [this](const HttpRequest& r, std::shared_ptr<Responder> o) { detokenize(r, std::move(o)); });
   const bool separate_admin = cfg_.admin.port >= 0;
   for (Router* r : {&main_, &admin_}) {
+    r->add("GET", "/health", [this](const HttpRequest&, std::shared_ptr<Responder> o) { health(std::move(o), true); });
     r->add("GET", "/health/live", [this](const HttpRequest&, std::shared_ptr<Responder> o) { health(std::move(o), false); });
     r->add("GET", "/health/ready", [this](const HttpRequest&, std::shared_ptr<Responder> o) { health(std::move(o), true); });
     if (r == &admin_ || !separate_admin) {
@@ -58,27 +79,45 @@ App::App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry,
   }
 }
 
-void App::handle(const HttpRequest& req, std::shared_ptr<Responder> out, Listener l) const {
-  const bool open_route = req.path == "/health/live" || req.path == "/health/ready";
+void App::handle(const HttpRequest& req, std::shared_ptr<Responder> raw, Listener l) const {
+  const bool open_route = req.path == "/health" || req.path == "/health/live" || req.path == "/health/ready";
+  // Request id and trace id; the access-log line (not for probes and scrapes).
+  auto rec = std::make_shared<AccessRecord>();
+  rec->request_id = request_id_for(req.header("x-request-id"));
+  rec->trace_id = trace_id_of(req.header("traceparent"));
+  rec->route = req.method + " " + req.path;
+  rec->client = req.peer;
+  const bool logged = cfg_.log.access && !open_route && req.path != "/metrics";
+  std::shared_ptr<Responder> out = std::make_shared<AccessLogResponder>(std::move(raw), rec, clock_, logged);
   if (keys_.enabled() && !open_route) {
     const std::string_view auth = req.header("authorization");
     if (auth.empty()) {
       out->respond(error_response(unauthorized("missing API key: send the header 'Authorization: Bearer KEY'")));
       return;
     }
-    if (!keys_.authenticate(auth)) {
+    const KeyState* k = keys_.authenticate(auth);
+    if (!k) {
       out->respond(error_response(unauthorized("invalid API key")));
       return;
     }
+    rec->key_name = k->config().name;
   }
   (l == Listener::kMain ? main_ : admin_).dispatch(req, std::move(out));
 }
 
-std::string App::resolve_tier(const std::string& service_tier) const {
+std::optional<std::string> App::resolve_tier(const std::string& service_tier) const {
+  if (service_tier == "auto") return std::string();
   for (const auto& t : cfg_.sched.tiers)
     if (t.name == service_tier) return t.name;
-  if (auto it = cfg_.tier_aliases.find(service_tier); it != cfg_.tier_aliases.end()) return it->second;
-  return "";
+  // OpenAI's newer names: fast for priority, scale (an enterprise tier) for default.
+  const std::string v = service_tier == "fast" ? "priority" : service_tier == "scale" ? "default" : service_tier;
+  if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end()) return it->second;
+  return std::nullopt;
+}
+
+std::string App::openai_tier(const std::string& tier) const {
+  auto it = openai_tiers_.find(tier);
+  return it == openai_tiers_.end() ? "default" : it->second;
 }
 
 int32_t App::tier_priority(const std::string& name) const {
@@ -99,16 +138,132 @@ void App::count_degradation(const std::string& from, const std::string& to, cons
   if (f >= 0) registry_->counter(size_t(f), {from, to, reason})->inc();
 }
 
-void App::models(std::shared_ptr<Responder> out) const {
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
+namespace {
+
+nlohmann::json model_object(const std::string& id, const ServerConfig& cfg, int64_t max_seq_len, int64_t created) {
   nlohmann::json tiers = nlohmann::json::array();
-  for (const auto& t : cfg_.sched.tiers) tiers.push_back(t.name);
-  nlohmann::json m = {{"id", model_id_}, {"object", "model"}, {"created", created}, {"owned_by", "tierserve"},
-                      {"tierserve", {{"tiers", tiers}, {"max_seq_len", backend_.max_seq_len()}}}};
+  for (const auto& t : cfg.sched.tiers) tiers.push_back(t.name);
+  return {{"id", id},         {"object", "model"}, {"created", created}, {"owned_by", "tierserve"},
+          {"max_model_len", max_seq_len}, {"tierserve", {{"tiers", tiers}, {"max_seq_len", max_seq_len}}}};
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string dump_json(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+}  // namespace
+
+bool App::serves_model(const std::string& name) const {
+  return std::find(model_names_.begin(), model_names_.end(), name) != model_names_.end();
+}
+
+void App::models(std::shared_ptr<Responder> out) const {
+  const int64_t created = unix_now();
+  nlohmann::json data = nlohmann::json::array();
+  for (const auto& n : model_names_) data.push_back(model_object(n, cfg_, backend_.max_seq_len(), created));
   HttpResponse r;
-  r.body = nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({m})}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  r.body = dump_json({{"object", "list"}, {"data", data}});
+  out->respond(std::move(r));
+}
+
+void App::model(const HttpRequest& req, std::shared_ptr<Responder> out) const {
+  const std::string id = req.path.substr(std::string("/v1/models/").size());
+  if (!serves_model(id)) {
+    out->respond(error_response(model_not_found(id)));
+    return;
+  }
+  HttpResponse r;
+  r.body = dump_json(model_object(id, cfg_, backend_.max_seq_len(), unix_now()));
+  out->respond(std::move(r));
+}
+
+// The body of /tokenize and /detokenize: a JSON object whose optional "model" is one of
+// the model's names. Anything else is answered here (400, or 404 model_not_found).
+std::optional<nlohmann::json> App::utility_body(const HttpRequest& req, const std::shared_ptr<Responder>& out) const {
+  nlohmann::json j = nlohmann::json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    out->respond(error_response(bad_request("the request body must be a JSON object", "", "invalid_json")));
+    return std::nullopt;
+  }
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) {
+      out->respond(error_response(bad_request("'model' must be a string", "model", "invalid_type")));
+      return std::nullopt;
+    }
+    if (!serves_model(j["model"].get<std::string>())) {
+      out->respond(error_response(model_not_found(j["model"].get<std::string>())));
+      return std::nullopt;
+    }
+  }
+  for (const char* flag : {"add_generation_prompt", "return_token_strs"})
+    if (j.contains(flag) && !j[flag].is_boolean()) {
+      out->respond(error_response(bad_request(std::string("'") + flag + "' must be a boolean", flag, "invalid_type")));
+      return std::nullopt;
+    }
+  return j;
+}
+
+// vLLM's shapes: {"model"?, "prompt": text} or {"model"?, "messages": [...],
+// "add_generation_prompt"?} -> {"count", "max_model_len", "tokens", "token_strs"}.
+void App::tokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const {
+  const std::optional<nlohmann::json> body = utility_body(req, out);
+  if (!body) return;
+  const nlohmann::json& j = *body;
+  std::vector<int32_t> ids;
+  if (j.contains("messages")) {
+    CompletionRequest cr;
+    RequestLimits lim;
+    lim.max_messages = cfg_.limits.max_messages;
+    if (auto e = parse_completion_request(dump_json({{"messages", j["messages"]}}), Endpoint::kChat, lim, cr)) {
+      out->respond(error_response(*e));
+      return;
+    }
+    auto t = backend_.tokenize_chat(cr.messages, j.value("add_generation_prompt", true));
+    if (!t.is_ok()) {
+      out->respond(error_response(bad_request(t.status().message(), "messages", "invalid_value")));
+      return;
+    }
+    ids = std::move(*t);
+  } else if (j.contains("prompt") && j["prompt"].is_string()) {
+    ids = backend_.tokenize_prompt(j["prompt"].get<std::string>());
+  } else {
+    out->respond(error_response(bad_request("give 'prompt' (a string) or 'messages'", "prompt", "missing_field")));
+    return;
+  }
+  nlohmann::json strs = nullptr;
+  if (j.value("return_token_strs", false)) {
+    strs = nlohmann::json::array();
+    for (int32_t t : ids) strs.push_back(backend_.detokenize(std::span<const int32_t>(&t, 1)));
+  }
+  HttpResponse r;
+  r.body = dump_json({{"count", ids.size()}, {"max_model_len", backend_.max_seq_len()}, {"tokens", ids}, {"token_strs", strs}});
+  out->respond(std::move(r));
+}
+
+// {"model"?, "tokens": [ids]} -> {"prompt": text}.
+void App::detokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const {
+  const std::optional<nlohmann::json> body = utility_body(req, out);
+  if (!body) return;
+  const nlohmann::json& j = *body;
+  if (!j.contains("tokens") || !j["tokens"].is_array()) {
+    out->respond(error_response(bad_request("'tokens' must be an array of token ids", "tokens", "invalid_type")));
+    return;
+  }
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    const auto& v = j["tokens"][i];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= backend_.n_vocab()) {
+      out->respond(error_response(bad_request("'tokens[" + std::to_string(i) + "]' is not a token id of this model (0.." +
+                                                  std::to_string(backend_.n_vocab() - 1) + ")",
+                                              "tokens", "invalid_value")));
+      return;
+    }
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  HttpResponse r;
+  r.body = dump_json({{"prompt", backend_.detokenize(ids)}});
   out->respond(std::move(r));
 }
 
@@ -123,9 +278,42 @@ void App::metrics_text(std::shared_ptr<Responder> out) const {
       conn_rejected_seen_ = total;
     }
   }
+  const serving::Stats s = backend_.stats();
+  const int64_t waiting = std::max<int64_t>(0, s.n_active - s.n_running);
+  const double kv_usage = s.kv.total > 0 ? double(s.kv.used) / double(s.kv.total) : 0.0;
+  if (registry_) {
+    using metrics::idx;
+    using metrics::Metric;
+    registry_->gauge(idx(Metric::kNumRequestsWaiting), {})->set(double(waiting));
+    registry_->gauge(idx(Metric::kNumRequestsRunning), {})->set(double(s.n_running));
+    registry_->gauge(idx(Metric::kKvCacheUsage), {})->set(kv_usage);
+    registry_->gauge(idx(Metric::kCacheConfigInfo), {std::to_string(s.kv.block_size), std::to_string(s.kv.total)})->set(1);
+    registry_->gauge(idx(Metric::kBuildInfo), {build_version(), build_git_revision(),
+                                               kernels::isa_name(kernels::best_isa()), cpu_features().to_string()})
+        ->set(1);
+  }
   HttpResponse r;
   r.content_type = std::string(metrics::kPrometheusContentType);
   if (registry_) r.body = metrics::format_prometheus(registry_->snapshot());
+  r.body += metrics::process_metrics_text(metrics::read_process_stats());
+  if (cfg_.metrics.vllm_names) {
+    // vLLM's names, which a stock GIE Endpoint Picker and vLLM dashboards read.
+    const std::string label = "{model_name=\"" + model_id() + "\"}";
+    char b[1024];
+    std::snprintf(b, sizeof b,
+                  "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+                  "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %lld\n"
+                  "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                  "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %lld\n"
+                  "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+                  "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc%s %.6g\n"
+                  "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                  "# TYPE vllm:cache_config_info gauge\n"
+                  "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n",
+                  label.c_str(), (long long)waiting, label.c_str(), (long long)s.n_running, label.c_str(), kv_usage,
+                  s.kv.block_size, s.kv.total);
+    r.body += b;
+  }
   out->respond(std::move(r));
 }
 

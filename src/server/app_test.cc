@@ -1,5 +1,6 @@
 // Routes and handlers without sockets: a scripted Backend that records submissions and lets
 // the test play the engine loop's updates, and a Responder that records what was sent.
+#include "server/access_log.h"
 #include "server/app.h"
 
 #include <gtest/gtest.h>
@@ -28,14 +29,17 @@ class FakeBackend : public Backend {
   std::vector<int32_t> tokenize_prompt(const std::string& text) const override {
     return std::vector<int32_t>(text.begin(), text.end());
   }
-  Result<std::vector<int32_t>> tokenize_chat(std::span<const tok::ChatMessage> m) const override {
+  Result<std::vector<int32_t>> tokenize_chat(std::span<const tok::ChatMessage> m, bool gen) const override {
     std::string s;
     for (const auto& x : m) s += x.role + ": " + x.content + "\n";
+    if (gen) s += "assistant: ";
     return std::vector<int32_t>(s.begin(), s.end());
   }
+  std::string detokenize(std::span<const int32_t> ids) const override { return std::string(ids.begin(), ids.end()); }
   int64_t max_seq_len() const override { return seq_len; }
   int32_t n_vocab() const override { return 256; }
-  serving::Stats stats() const override { return {}; }
+  serving::Stats stats() const override { return stats_; }
+  serving::Stats stats_;
 
   void play(size_t i, serving::Update u) {
     u.id = i + 1;
@@ -90,8 +94,11 @@ class Recorder : public Responder {
   void on_disconnect(std::function<void()> fn) override { disconnect = std::move(fn); }
 
   std::string header(const std::string& name) const {
-    for (const auto& [k, v] : resp.headers)
-      if (k == name) return v;
+    for (const auto& [k, v] : resp.headers)  // HTTP header names are case-insensitive
+      if (k.size() == name.size() && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          }))
+        return v;
     return "";
   }
   json body() const { return json::parse(resp.body); }
@@ -159,7 +166,7 @@ TEST_F(AppTest, CompletionNonStreamed) {
   EXPECT_EQ(b["choices"][0]["text"], "Hello");
   EXPECT_EQ(b["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(b["usage"]["total_tokens"], 6);
-  EXPECT_EQ(b["service_tier"], "standard");
+  EXPECT_EQ(b["service_tier"], "default");
   EXPECT_DOUBLE_EQ(b["tierserve"]["ttft_ms"].get<double>(), 5.0);
   EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "standard");
   EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
@@ -175,21 +182,23 @@ TEST_F(AppTest, ChatStreamWithUsageAndInBandTierChange) {
                            "stream_options":{"include_usage":true},"service_tier":"priority"})"));
   ASSERT_EQ(backend.reqs.size(), 1u);
   EXPECT_EQ(backend.reqs[0].tier, "ultrafast");
-  EXPECT_EQ(backend.reqs[0].max_tokens, 64 - 9);  // default 256 clipped to the context ("user: hi\n")
+  EXPECT_EQ(backend.reqs[0].max_tokens, 64 - 20);  // default 256 clipped to the context ("user: hi\nassistant: ")
+  EXPECT_FALSE(rec->streaming);
   backend.admit(0, "ultrafast");
+  // Headers at admission: they say what was known then; later changes are said in-band.
+  ASSERT_TRUE(rec->streaming);
+  EXPECT_EQ(rec->resp.content_type, "text/event-stream");
+  EXPECT_EQ(rec->header("x-accel-buffering"), "no");
+  EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "ultrafast");
+  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "");
   serving::Update tc;
   tc.kind = K::kTierChanged;
   tc.tier_requested = "ultrafast";
   tc.tier_served = "standard";
   tc.reason = "queue_timeout";
   backend.play(0, tc);
-  EXPECT_FALSE(rec->streaming);  // headers wait for the first token
   backend.delta(0, "A");
-  ASSERT_TRUE(rec->streaming);
-  EXPECT_EQ(rec->resp.content_type, "text/event-stream");
-  EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "ultrafast");
-  EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
-  EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "queue_timeout");
   serving::Update pre;
   pre.kind = K::kPreempted;
   pre.reason = "kv_pressure";
@@ -210,7 +219,7 @@ TEST_F(AppTest, ChatStreamWithUsageAndInBandTierChange) {
   const json c1 = json::parse(events[1].substr(6));
   EXPECT_EQ(c1["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(c1["choices"][0]["delta"]["content"], "A");
-  EXPECT_EQ(c1["service_tier"], "standard");
+  EXPECT_EQ(c1["service_tier"], "default");
   EXPECT_EQ(events[2], ": tierserve preempted tier=standard reason=kv_pressure");
   EXPECT_EQ(json::parse(events[3].substr(6))["choices"][0]["delta"]["content"], "B");
   EXPECT_EQ(json::parse(events[4].substr(6))["choices"][0]["finish_reason"], "length");
@@ -334,6 +343,160 @@ TEST_F(AppTest, RoutesModelsMetricsAnd404And405) {
   EXPECT_EQ(w->body()["error"]["code"], "method_not_allowed");
 }
 
+// The gauges gateways and autoscalers route on, in a scrape: golden text.
+TEST_F(AppTest, GatewayGaugesGoldenText) {
+  backend.stats_.n_active = 5;
+  backend.stats_.n_running = 2;
+  backend.stats_.kv.block_size = 16;
+  backend.stats_.kv.total = 100;
+  backend.stats_.kv.used = 25;
+  make();
+  const std::string text = call(get("/metrics"))->resp.body;
+  auto block = [&](const std::string& name) {
+    const size_t at = text.find("# HELP " + name + " ");
+    if (at == std::string::npos) return std::string("(missing " + name + ")");
+    size_t end = text.find("# HELP ", at + 1);
+    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  EXPECT_EQ(block("tierserve_num_requests_waiting"),
+            "# HELP tierserve_num_requests_waiting Requests accepted and not running yet (all tiers).\n"
+            "# TYPE tierserve_num_requests_waiting gauge\ntierserve_num_requests_waiting 3\n");
+  EXPECT_EQ(block("tierserve_num_requests_running"),
+            "# HELP tierserve_num_requests_running Requests holding KV cache (all tiers).\n"
+            "# TYPE tierserve_num_requests_running gauge\ntierserve_num_requests_running 2\n");
+  EXPECT_EQ(block("tierserve_kv_cache_usage_ratio"),
+            "# HELP tierserve_kv_cache_usage_ratio Fraction of the KV cache's blocks held by requests (0..1; cached "
+            "prefixes not counted).\n# TYPE tierserve_kv_cache_usage_ratio gauge\ntierserve_kv_cache_usage_ratio 0.25\n");
+  EXPECT_EQ(block("tierserve_cache_config_info"),
+            "# HELP tierserve_cache_config_info The KV cache's configuration (value 1).\n"
+            "# TYPE tierserve_cache_config_info gauge\ntierserve_cache_config_info{block_size=\"16\",num_blocks=\"100\"} 1\n");
+  EXPECT_NE(text.find("tierserve_build_info{version=\""), std::string::npos);
+  EXPECT_NE(text.find("\nprocess_resident_memory_bytes "), std::string::npos);
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  EXPECT_NE(text.find("\nprocess_open_fds "), std::string::npos);
+  EXPECT_EQ(text.find("vllm:"), std::string::npos);  // off by default
+  ServerConfig c;
+  c.metrics.vllm_names = true;
+  make(c);
+  const std::string v = call(get("/metrics"))->resp.body;
+  EXPECT_NE(v.find("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"test-model\"} 3\n"),
+            std::string::npos)
+      << v;
+  EXPECT_NE(v.find("\nvllm:num_requests_running{model_name=\"test-model\"} 2\n"), std::string::npos);
+  EXPECT_NE(v.find("\nvllm:kv_cache_usage_perc{model_name=\"test-model\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(v.find("\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} 1\n"), std::string::npos);
+}
+
+// service_tier as OpenAI defines it: the values it accepts, "auto" and none as the default
+// tier, and the OpenAI value of the serving tier in the response.
+TEST_F(AppTest, ServiceTierValuesInAndOut) {
+  make();
+  EXPECT_EQ(*app->resolve_tier("priority"), "ultrafast");
+  EXPECT_EQ(*app->resolve_tier("fast"), "ultrafast");
+  EXPECT_EQ(*app->resolve_tier("default"), "standard");
+  EXPECT_EQ(*app->resolve_tier("scale"), "standard");
+  EXPECT_EQ(*app->resolve_tier("flex"), "batch");
+  EXPECT_EQ(*app->resolve_tier("auto"), "");
+  EXPECT_EQ(*app->resolve_tier("batch"), "batch");
+  EXPECT_FALSE(app->resolve_tier("gold").has_value());
+  EXPECT_EQ(app->openai_tier("ultrafast"), "priority");
+  EXPECT_EQ(app->openai_tier("standard"), "default");
+  EXPECT_EQ(app->openai_tier("batch"), "flex");
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","service_tier":"auto","max_tokens":2})"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  EXPECT_EQ(backend.reqs[0].tier, "standard");
+  backend.admit(0, "batch");  // downgraded while queued
+  backend.done(0, 1, 2);
+  EXPECT_EQ(rec->body()["service_tier"], "flex");
+  EXPECT_EQ(rec->body()["tierserve"]["tier_served"], "batch");
+  // A tier without an OpenAI value is a config error.
+  ServerConfig c;
+  c.tier_aliases.erase("flex");
+  EXPECT_NE(validate(c).message().find("tier 'batch' has no OpenAI service_tier"), std::string::npos) << validate(c).message();
+  c = ServerConfig{};
+  c.tier_aliases["auto"] = "standard";
+  EXPECT_NE(validate(c).message().find("tier_aliases.auto"), std::string::npos);
+}
+
+TEST_F(AppTest, ModelNamesAnd404) {
+  ServerConfig c;
+  c.model.served_names = {"alpha", "beta"};
+  make(c);
+  auto m = call(get("/v1/models"));
+  ASSERT_EQ(m->body()["data"].size(), 2u);
+  EXPECT_EQ(m->body()["data"][1]["id"], "beta");
+  EXPECT_EQ(call(get("/v1/models/beta"))->body()["id"], "beta");
+  auto nf = call(get("/v1/models/gamma"));
+  EXPECT_EQ(nf->resp.status, 404);
+  EXPECT_EQ(nf->body()["error"]["code"], "model_not_found");
+  auto bad = call(post("/v1/chat/completions", R"({"model":"gamma","messages":[{"role":"user","content":"x"}]})"));
+  EXPECT_EQ(bad->resp.status, 404);
+  EXPECT_EQ(bad->body()["error"]["param"], "model");
+  EXPECT_TRUE(backend.reqs.empty());
+  auto ok = call(post("/v1/completions", R"({"model":"beta","prompt":"a","max_tokens":1})"));
+  ASSERT_EQ(backend.reqs.size(), 1u);
+  backend.admit(0, "standard");
+  backend.done(0, 1, 1);
+  EXPECT_EQ(ok->body()["model"], "beta");
+  auto none = call(post("/v1/completions", R"({"prompt":"a","max_tokens":1})"));
+  backend.admit(1, "standard");
+  backend.done(1, 1, 1);
+  EXPECT_EQ(none->body()["model"], "alpha");  // the primary name
+}
+
+TEST_F(AppTest, TokenizeDetokenizeAndHealth) {
+  make();
+  auto t = call(post("/tokenize", R"({"prompt":"abc"})"));
+  EXPECT_EQ(t->body()["tokens"], json::array({97, 98, 99}));
+  EXPECT_EQ(t->body()["count"], 3);
+  EXPECT_TRUE(t->body()["token_strs"].is_null());
+  auto ts = call(post("/tokenize", R"({"prompt":"ab","return_token_strs":true})"));
+  EXPECT_EQ(ts->body()["token_strs"], json::array({"a", "b"}));
+  auto c = call(post("/tokenize", R"({"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false})"));
+  EXPECT_EQ(c->body()["count"], std::string("user: hi\n").size());
+  auto d = call(post("/detokenize", R"({"tokens":[104,105]})"));
+  EXPECT_EQ(d->body()["prompt"], "hi");
+  EXPECT_EQ(call(post("/detokenize", R"({"tokens":[1000]})"))->resp.status, 400);
+  EXPECT_EQ(call(post("/detokenize", R"({"tokens":"x"})"))->resp.status, 400);
+  EXPECT_EQ(call(post("/tokenize", R"({"model":"other","prompt":"a"})"))->resp.status, 404);
+  EXPECT_EQ(call(post("/tokenize", "{"))->resp.status, 400);
+  // Wrong types are 400s that name the field, never an exception.
+  for (const char* bad : {R"({"prompt":"a","return_token_strs":"yes"})", R"({"prompt":"a","model":7})",
+                          R"({"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":1})", R"({"prompt":5})",
+                          R"([1,2])"}) {
+    auto r = call(post("/tokenize", bad));
+    EXPECT_EQ(r->resp.status, 400) << bad;
+    EXPECT_TRUE(r->body()["error"]["code"].is_string()) << bad;
+  }
+  EXPECT_EQ(call(post("/detokenize", R"({"tokens":[1],"model":"other"})"))->resp.status, 404);
+  EXPECT_EQ(call(post("/detokenize", R"({"tokens":[-1]})"))->resp.status, 400);
+  EXPECT_EQ(call(post("/detokenize", R"({"tokens":[18446744073709551615]})"))->resp.status, 400);
+  EXPECT_EQ(call(get("/health"))->resp.status, 200);
+  app->begin_drain();
+  EXPECT_EQ(call(get("/health"))->resp.status, 503);
+}
+
+TEST_F(AppTest, RequestIdsAreEchoedOrMade) {
+  make();
+  HttpRequest r = get("/v1/models");
+  r.headers.emplace_back("x-request-id", "abc-123");
+  EXPECT_EQ(call(r)->header("x-request-id"), "abc-123");
+  HttpRequest bad = get("/v1/models");
+  bad.headers.emplace_back("x-request-id", std::string(300, 'a'));
+  const std::string made = call(bad)->header("x-request-id");
+  EXPECT_EQ(made.size(), 32u);
+  EXPECT_NE(made, call(get("/v1/models"))->header("x-request-id"));  // fresh every time
+  EXPECT_EQ(request_id_for("with space").size(), 32u);
+  EXPECT_EQ(request_id_for("ok-ID_1.2").size(), 9u);
+  EXPECT_EQ(request_id_for(std::string("nul\0x", 5)).size(), 32u);
+  EXPECT_EQ(trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "4bf92f3577b34da6a3ce929d0e0e4736");
+  for (const char* bad_tp : {"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "garbage", ""})
+    EXPECT_EQ(trace_id_of(bad_tp), "") << bad_tp;
+}
+
 TEST_F(AppTest, SeparateAdminListenerOwnsMetrics) {
   ServerConfig c;
   c.admin.port = 0;
@@ -399,7 +562,7 @@ TEST_F(AppTest, UnentitledTierIsDowngradedAndToldSo) {
   EXPECT_EQ(rec->header("x-tierserve-tier-requested"), "ultrafast");
   EXPECT_EQ(rec->header("x-tierserve-tier-served"), "standard");
   EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "not_entitled");
-  EXPECT_EQ(rec->body()["service_tier"], "standard");
+  EXPECT_EQ(rec->body()["service_tier"], "default");
   EXPECT_EQ(rec->body()["tierserve"]["degraded_reason"], "not_entitled");
   EXPECT_EQ(rec->header("x-ratelimit-limit-requests"), "2");
   EXPECT_EQ(rec->header("x-ratelimit-remaining-requests"), "1");

@@ -3,14 +3,17 @@
 // submit to the serving layer. Every later event arrives through the callback on the
 // engine-loop thread and goes out through the thread-safe Responder without blocking.
 //
-// Streams send their headers with the first token (or the final update), not at
-// admission, so the x-tierserve-* headers also reflect a tier change while queued, and a
-// request rejected while queued still gets a real 429/503 status. Tier changes and
-// preemptions are also written in-band as SSE comments.
+// Streams send their headers at admission (a proxy in front sees the response start at
+// once), then a ": queued" comment at least every 10 s while the request waits (the
+// serving layer's kWaiting updates), so that no idle timeout of a proxy cuts a queued
+// stream. A request refused after its headers went out ends with an in-stream error event
+// and [DONE]. A tier change while queued is said in-band (an SSE comment and the chunks'
+// service_tier); the x-tierserve-* headers say what was known at admission.
 #include <algorithm>
 #include <chrono>
 #include <random>
 
+#include "server/access_log.h"
 #include "server/api_error.h"
 #include "server/app.h"
 #include "server/openai_response.h"
@@ -48,6 +51,8 @@ uint64_t random_seed() {
 // The state of one accepted exchange, touched only by the engine-loop callbacks after
 // submit (they come in order on one thread).
 struct Exchange {
+  const App* app = nullptr;
+  AccessRecord* rec = nullptr;  // the access-log line's record (null: not logged)
   std::shared_ptr<Responder> out;
   ResponseHead head;
   ServedInfo served;
@@ -62,6 +67,7 @@ struct Exchange {
   LogprobsInfo logprobs;            // non-streamed: all tokens; streamed: the next chunk's
   int64_t logprob_offset = 0;       // streamed completions: bytes of pieces sent so far
   bool started = false;             // stream headers sent
+  bool first_chunk = true;          // no chunk sent yet (chat: the next carries the role)
   bool ended = false;
   std::vector<std::string> held;    // SSE comments before the stream started
 
@@ -81,6 +87,7 @@ struct Exchange {
     r.content_type = "text/event-stream";
     r.headers = headers();
     r.headers.emplace_back("Cache-Control", "no-cache");
+    r.headers.emplace_back("X-Accel-Buffering", "no");  // nginx and friends: pass the events through
     out->start_stream(std::move(r));
     for (auto& c : held) out->send(std::move(c));
     held.clear();
@@ -100,9 +107,28 @@ struct Exchange {
     key = nullptr;
   }
 
+  // What the access log says of this exchange, set before its response ends.
+  void record(const UsageInfo* usage) {
+    if (!rec) return;
+    rec->tier_served = served.tier_served;
+    rec->degraded_reason = served.degraded_reason;
+    rec->prompt_tokens = prompt_tokens;
+    if (usage) {
+      rec->completion_tokens = usage->completion_tokens;
+      rec->cached_tokens = usage->cached_prompt_tokens;
+    }
+    if (served.queue_ms > 0 || served.ttft_ms > 0) {
+      rec->queue_ms = served.queue_ms;
+      rec->ttft_ms = served.ttft_ms;
+    }
+    rec->preemptions = served.preemptions;
+  }
+
   void fail(const ApiError& e) {
     if (ended) return;
     ended = true;
+    record(nullptr);
+    if (rec) rec->error_code = e.code;
     if (stream && started) {
       out->send(sse_data(e.to_json()));
       out->send(std::string(kSseDone));
@@ -147,14 +173,20 @@ struct Exchange {
         }
         if (!u.tier_served.empty() && u.tier_served != served.tier_served) {
           served.tier_served = u.tier_served;
+          served.service_tier = app->openai_tier(u.tier_served);
           served.degraded_reason = u.reason.empty() ? "downgraded" : u.reason;
           comment("tierserve tier_changed from=" + u.tier_requested + " to=" + u.tier_served + " reason=" +
                   served.degraded_reason);
         }
+        if (stream) start_stream();  // headers at admission
+        return;
+      case K::kWaiting:
+        comment("queued");
         return;
       case K::kTierChanged: {
         const std::string from = served.tier_served;
         served.tier_served = u.tier_served;
+        served.service_tier = app->openai_tier(u.tier_served);
         // The reason explains a difference; a promotion back to (or within) the requested
         // tier leaves none.
         if (served.tier_served == served.tier_requested) served.degraded_reason.clear();
@@ -176,11 +208,9 @@ struct Exchange {
           return;
         }
         if (u.text.empty() && logprobs.tokens.empty()) return;
-        {
-          const bool first = !started;
-          start_stream();
-          out->send(sse_data(chunk_json(head, u.text, first, "", served.tier_served, stream_logprobs())));
-        }
+        start_stream();
+        out->send(sse_data(chunk_json(head, u.text, first_chunk, "", served.service_tier, stream_logprobs(), include_usage)));
+        first_chunk = false;
         return;
       case K::kDone: {
         served.queue_ms = double(u.timings.queue_ns) / 1e6;
@@ -192,6 +222,7 @@ struct Exchange {
         release(u.usage.completion_tokens, false);
         if (ended) return;
         ended = true;
+        record(&usage);
         const std::string finish = u.finish_reason.empty() ? "stop" : u.finish_reason;
         add_logprobs(u);
         if (!stream) {
@@ -201,9 +232,9 @@ struct Exchange {
           out->respond(std::move(r));
           return;
         }
-        const bool first = !started;
         start_stream();
-        out->send(sse_data(chunk_json(head, "", first, finish, served.tier_served, stream_logprobs())));
+        out->send(sse_data(chunk_json(head, "", first_chunk, finish, served.service_tier, stream_logprobs(), include_usage)));
+        first_chunk = false;
         if (include_usage) out->send(sse_data(usage_chunk_json(head, usage, served)));
         out->send(std::string(kSseDone));
         out->end();
@@ -238,21 +269,31 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
     return;
   }
 
-  // Tier: named by the request, else the key's default, else the server's.
+  AccessRecord* rec = out->access_record();
+  if (!r.model.empty() && !serves_model(r.model)) {
+    out->respond(error_response(model_not_found(r.model)));
+    return;
+  }
+  const std::string model_name = r.model.empty() ? model_id() : r.model;
+  if (rec) rec->model = model_name;
+
+  // Tier: named by the request, else (absent or "auto") the key's default, else the server's.
   std::string requested;
   if (r.service_tier) {
-    requested = resolve_tier(*r.service_tier);
-    if (requested.empty()) {
-      std::string known;
-      for (const auto& t : cfg_.sched.tiers) known += (known.empty() ? "" : ", ") + t.name;
-      for (const auto& [a, t] : cfg_.tier_aliases) known += ", " + a;
+    const std::optional<std::string> t = resolve_tier(*r.service_tier);
+    if (!t) {
+      std::string known = "auto, fast, scale";
+      for (const auto& tc : cfg_.sched.tiers) known += ", " + tc.name;
+      for (const auto& [a, tn] : cfg_.tier_aliases) known += ", " + a;
       out->respond(error_response(bad_request("unknown service_tier '" + *r.service_tier + "' (known: " + known + ")",
                                               "service_tier", "invalid_value")));
       return;
     }
-  } else {
-    requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
+    requested = *t;
   }
+  if (requested.empty())
+    requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
+  if (rec) rec->tier_requested = requested;
   std::string tier = requested;
   std::string entitlement_reason;
   if (key && !key->allows_tier(requested)) {
@@ -331,15 +372,17 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   ex->head.id = make_response_id(ep);
   ex->head.created = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
-  ex->head.model = model_id_;
+  ex->head.model = model_name;
+  ex->app = this;
+  ex->rec = rec;
   ex->served.tier_requested = requested;
   ex->served.tier_served = tier;
+  ex->served.service_tier = openai_tier(tier);
   ex->served.degraded_reason = entitlement_reason;
   ex->stream = r.stream;
   ex->include_usage = r.include_usage;
   ex->max_tokens = max_tokens;
   ex->prompt_tokens = n_prompt;
-  ex->extra_headers.emplace_back("x-request-id", ex->head.id);
 
   if (key) {
     const Admission a = key->admit(n_prompt + max_tokens);

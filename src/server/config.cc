@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -194,11 +195,29 @@ namespace {
 void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (!root || root.IsNull()) return;  // an empty file: all defaults
   check_keys(root, "", {"listen", "admin", "model", "engine", "speculative", "scheduling", "scheduler", "tiers", "tier_aliases",
-                        "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys"});
+                        "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys", "metrics", "log"});
+  if (const YAML::Node m = root["metrics"]) {
+    check_keys(m, "metrics", {"vllm_names"});
+    if (m["vllm_names"]) c.metrics.vllm_names = get_bool(m["vllm_names"], "metrics.vllm_names");
+  }
+  if (const YAML::Node l = root["log"]) {
+    check_keys(l, "log", {"format", "access"});
+    if (l["format"]) {
+      c.log.format = get_str(l["format"], "log.format");
+      if (c.log.format != "text" && c.log.format != "json") fail("log.format", "expected text or json, got '" + c.log.format + "'");
+    }
+    if (l["access"]) c.log.access = get_bool(l["access"], "log.access");
+  }
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node m = root["model"]) {
-    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan"});
+    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name"});
+    if (const YAML::Node n = m["served_name"]) {
+      c.model.served_names = n.IsSequence() ? get_str_list(n, "model.served_name")
+                                            : std::vector<std::string>{get_str(n, "model.served_name")};
+      for (const auto& name : c.model.served_names)
+        if (name.empty()) fail("model.served_name", "a name is empty");
+    }
     if (m["path"]) c.model.path = get_str(m["path"], "model.path");
     if (m["threads"]) c.model.threads = int32_t(get_int(m["threads"], "model.threads", 0, 1024));
     if (m["flash_attn"]) {
@@ -269,6 +288,13 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
       const std::string k = kv.first.as<std::string>();
       c.tier_aliases[k] = get_str(kv.second, "tier_aliases." + k);
     }
+  } else {
+    // The default aliases name the default tiers; those a file's tier list leaves out go.
+    for (auto it = c.tier_aliases.begin(); it != c.tier_aliases.end();) {
+      const bool configured = std::any_of(c.sched.tiers.begin(), c.sched.tiers.end(),
+                                          [&](const sched::TierConfig& t) { return t.name == it->second; });
+      it = configured ? std::next(it) : c.tier_aliases.erase(it);
+    }
   }
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
   if (const YAML::Node l = root["limits"]) {
@@ -284,7 +310,10 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     if (l["max_json_depth"]) m.max_json_depth = int32_t(get_int(l["max_json_depth"], "limits.max_json_depth", 4, 512));
   }
   if (const YAML::Node h = root["http"]) {
-    check_keys(h, "http", {"threads", "idle_timeout_ms", "read_timeout_ms", "write_timeout_ms", "max_connections"});
+    check_keys(h, "http", {"threads", "idle_timeout_ms", "read_timeout_ms", "write_timeout_ms", "max_connections",
+                           "queued_notice_ms"});
+    if (h["queued_notice_ms"])
+      c.http.queued_notice_ms = get_int(h["queued_notice_ms"], "http.queued_notice_ms", 0, kI64 / 1000000);
     if (h["threads"]) c.http.threads = int32_t(get_int(h["threads"], "http.threads", 1, 256));
     if (h["idle_timeout_ms"]) c.http.idle_timeout_ms = get_int(h["idle_timeout_ms"], "http.idle_timeout_ms", 1, kI64 / 1000000);
     if (h["read_timeout_ms"]) c.http.read_timeout_ms = get_int(h["read_timeout_ms"], "http.read_timeout_ms", 1, kI64 / 1000000);
@@ -329,12 +358,132 @@ Result<ServerConfig> parse_config(std::string_view yaml_text, std::string_view o
   return c;
 }
 
-Result<ServerConfig> load_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot read config file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+Result<ServerConfig> load_config(const std::string& path) { return load_layered_config(path, {}, {}); }
+
+Result<ConfigOverride> parse_set(std::string_view assignment) {
+  const size_t eq = assignment.find('=');
+  ConfigOverride o;
+  o.origin = "--set " + std::string(assignment.substr(0, eq));
+  if (eq == std::string_view::npos || eq == 0)
+    return invalid_argument("--set '" + std::string(assignment) + "': expected KEY=VALUE (e.g. scheduler.step_token_budget=64)");
+  o.path = std::string(assignment.substr(0, eq));
+  o.value = std::string(assignment.substr(eq + 1));
+  for (char ch : o.path)
+    if (!(std::islower(static_cast<unsigned char>(ch)) || std::isdigit(static_cast<unsigned char>(ch)) || ch == '_' ||
+          ch == '.'))
+      return invalid_argument("--set '" + o.path + "': a key path is lowercase words separated by dots");
+  if (o.path.front() == '.' || o.path.back() == '.' || o.path.find("..") != std::string::npos)
+    return invalid_argument("--set '" + o.path + "': empty key segment");
+  return o;
+}
+
+std::vector<ConfigOverride> env_overrides(const char* const* env) {
+  // Top-level keys that hold a scalar: the only ones a single-segment variable can name.
+  static const std::set<std::string> kScalars = {"scheduling", "default_tier", "drain_timeout_ms", "on_unentitled"};
+  std::vector<ConfigOverride> out;
+  constexpr std::string_view kPrefix = "TIERSERVE_";
+  for (const char* const* e = env; e && *e; ++e) {
+    const std::string_view entry(*e);
+    if (entry.substr(0, kPrefix.size()) != kPrefix) continue;
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string name(entry.substr(kPrefix.size(), eq - kPrefix.size()));
+    std::string path;
+    for (char ch : name) path += char(std::tolower(static_cast<unsigned char>(ch)));
+    const bool nested = path.find("__") != std::string::npos;
+    if (!nested && !kScalars.count(path)) continue;
+    for (size_t p; (p = path.find("__")) != std::string::npos;) path.replace(p, 2, ".");
+    out.push_back({path, std::string(entry.substr(eq + 1)), std::string(entry.substr(0, eq)) + " (environment)"});
+  }
+  return out;
+}
+
+namespace {
+
+// Sets path to the YAML value of `value` in `root` (maps created on the way). Tier paths
+// (tiers.NAME.FIELD) are returned in `tier_sets` for apply_tier_override, which knows the
+// default tiers a file may not list.
+void apply_yaml_override(YAML::Node& root, const ConfigOverride& o, std::vector<ConfigOverride>& tier_sets) {
+  std::vector<std::string> seg;
+  for (size_t start = 0;;) {
+    const size_t dot = o.path.find('.', start);
+    seg.push_back(o.path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (seg.front() == "tiers") {
+    if (seg.size() != 3) fail(o.origin, "tiers are set as tiers.NAME.FIELD");
+    tier_sets.push_back(o);
+    return;
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(o.value);
+  } catch (const YAML::Exception& e) {
+    fail(o.origin, std::string("not a YAML value: ") + e.what());
+  }
+  if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+  std::vector<YAML::Node> path{root};
+  for (size_t i = 0; i + 1 < seg.size(); ++i) {
+    YAML::Node next = path.back()[seg[i]];
+    if (!next || next.IsNull()) {
+      path.back()[seg[i]] = YAML::Node(YAML::NodeType::Map);
+      next = path.back()[seg[i]];
+    }
+    if (!next.IsMap()) fail(o.origin, "'" + seg[i] + "' does not hold keys");
+    path.push_back(next);
+  }
+  path.back()[seg.back()] = value;
+}
+
+}  // namespace
+
+Result<ServerConfig> load_layered_config(const std::string& path, const std::vector<ConfigOverride>& env,
+                                         const std::vector<ConfigOverride>& sets) {
+  std::string text, origin = "config";
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found("cannot read config file " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    origin = path;
+  }
+  ServerConfig c;
+  std::vector<ConfigOverride> tier_sets;
+  try {
+    YAML::Node root = YAML::Load(text);
+    try {
+      for (const auto& o : env) apply_yaml_override(root, o, tier_sets);
+      for (const auto& o : sets) apply_yaml_override(root, o, tier_sets);
+    } catch (const ConfigParseError& e) {
+      return invalid_argument(e.message);
+    }
+    parse_root(root, c);
+  } catch (const ConfigParseError& e) {
+    // A key named by an override is reported with where it came from: the message starts
+    // with the key path it is about, which is the override's path or a part of it.
+    std::string where = origin;
+    const std::string key = e.message.substr(0, e.message.find(':'));
+    auto covers = [&](const std::string& p) {
+      return p == key || (p.size() > key.size() && p.compare(0, key.size(), key) == 0 && p[key.size()] == '.') ||
+             (key.size() > p.size() && key.compare(0, p.size(), p) == 0 && key[p.size()] == '.');
+    };
+    for (const auto* layer : {&env, &sets})
+      for (const auto& o : *layer)
+        if (covers(o.path)) where = o.origin;
+    return invalid_argument(where + ": " + e.message);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(origin + ": " + e.what());
+  } catch (const std::exception& e) {
+    return invalid_argument(origin + ": " + e.what());
+  }
+  for (const auto& o : tier_sets) {
+    const std::string name_field = o.path.substr(6);  // NAME.FIELD
+    Status st = apply_tier_override(c, name_field + "=" + o.value);
+    if (!st.is_ok()) return invalid_argument(o.origin + ": " + st.message());
+  }
+  return c;
 }
 
 Status validate(const ServerConfig& c) {
@@ -343,8 +492,30 @@ Status validate(const ServerConfig& c) {
   for (const auto& t : c.sched.tiers) tiers.insert(t.name);
   auto is_tier = [&](const std::string& n) { return tiers.count(n) > 0; };
   if (!is_tier(c.default_tier)) return invalid_argument("default_tier '" + c.default_tier + "' is not a configured tier");
-  for (const auto& [alias, tier] : c.tier_aliases)
+  for (const auto& [alias, tier] : c.tier_aliases) {
     if (!is_tier(tier)) return invalid_argument("tier_aliases." + alias + ": '" + tier + "' is not a configured tier");
+    if (alias == "auto")
+      return invalid_argument("tier_aliases.auto: service_tier 'auto' means the key's default tier, else default_tier; "
+                              "it is not an alias");
+  }
+  for (const auto& t : c.sched.tiers) {
+    bool has = false;
+    for (const char* v : {"priority", "default", "flex", "scale"}) {
+      auto it = c.tier_aliases.find(v);
+      has = has || (it != c.tier_aliases.end() && it->second == t.name);
+    }
+    if (!has)
+      return invalid_argument("tier '" + t.name + "' has no OpenAI service_tier value: map one of priority, default, flex "
+                              "or scale to it in tier_aliases (responses say it)");
+  }
+  for (const auto& name : c.model.served_names) {
+    // Names go into JSON bodies, log lines and metric labels: printable ASCII, no quotes.
+    bool ok = !name.empty() && name.size() <= 256;
+    for (unsigned char ch : name) ok = ok && ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    if (!ok)
+      return invalid_argument("model.served_name '" + name.substr(0, 64) +
+                              "': 1 to 256 printable ASCII characters without spaces, quotes or backslashes");
+  }
   if (c.listen.port < 0 || c.listen.port > 65535) return invalid_argument("listen.port out of range");
   if (c.admin.port >= 0 && c.admin.port == c.listen.port && c.listen.port != 0 && c.admin.host == c.listen.host)
     return invalid_argument("admin and listen use the same address");
@@ -403,7 +574,13 @@ std::string to_yaml(const ServerConfig& c) {
       << YAML::Key << "port" << YAML::Value << c.admin.port << YAML::EndMap;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << c.model.path
       << YAML::Key << "threads" << YAML::Value << c.model.threads << YAML::Key << "flash_attn" << YAML::Value
-      << c.model.flash_attn << YAML::Key << "map_plan" << YAML::Value << c.model.map_plan << YAML::EndMap;
+      << c.model.flash_attn << YAML::Key << "map_plan" << YAML::Value << c.model.map_plan;
+  if (!c.model.served_names.empty()) {
+    out << YAML::Key << "served_name" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& n : c.model.served_names) out << n;
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap;
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_bytes" << YAML::Value
       << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key
       << "max_seq_len" << YAML::Value << c.engine.max_seq_len << YAML::Key << "max_step_tokens" << YAML::Value
@@ -443,6 +620,10 @@ std::string to_yaml(const ServerConfig& c) {
   for (const auto& [a, t] : c.tier_aliases) out << YAML::Key << a << YAML::Value << t;
   out << YAML::EndMap;
   out << YAML::Key << "default_tier" << YAML::Value << c.default_tier;
+  out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap << YAML::Key << "vllm_names" << YAML::Value
+      << c.metrics.vllm_names << YAML::EndMap;
+  out << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "format" << YAML::Value << c.log.format
+      << YAML::Key << "access" << YAML::Value << c.log.access << YAML::EndMap;
   out << YAML::Key << "limits" << YAML::Value << YAML::BeginMap << YAML::Key << "max_header_bytes" << YAML::Value
       << c.limits.max_header_bytes << YAML::Key << "max_body_bytes" << YAML::Value << c.limits.max_body_bytes
       << YAML::Key << "max_tokens_cap" << YAML::Value << c.limits.max_tokens_cap << YAML::Key << "default_max_tokens"
@@ -453,7 +634,7 @@ std::string to_yaml(const ServerConfig& c) {
       << YAML::Key << "idle_timeout_ms" << YAML::Value << c.http.idle_timeout_ms << YAML::Key << "read_timeout_ms"
       << YAML::Value << c.http.read_timeout_ms << YAML::Key << "write_timeout_ms" << YAML::Value
       << c.http.write_timeout_ms << YAML::Key << "max_connections" << YAML::Value << c.http.max_connections
-      << YAML::EndMap;
+      << YAML::Key << "queued_notice_ms" << YAML::Value << c.http.queued_notice_ms << YAML::EndMap;
   out << YAML::Key << "drain_timeout_ms" << YAML::Value << c.drain_timeout_ms;
   out << YAML::Key << "on_unentitled" << YAML::Value
       << (c.on_unentitled == OnUnentitled::kDowngrade ? "downgrade" : "reject");

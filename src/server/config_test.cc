@@ -70,7 +70,7 @@ tiers:
     max_queue_wait_ms: 100
     on_timeout: downgrade:slow
   - {name: slow, priority: 1, share_min: 0.5, max_queued_requests: 2, queue: shortest_prompt_first}
-tier_aliases: {priority: fast, default: slow, auto: slow, flex: slow}
+tier_aliases: {priority: fast, default: slow, flex: slow}
 default_tier: slow
 limits: {max_body_bytes: 1000, max_tokens_cap: 64}
 http: {threads: 3, max_connections: 7}
@@ -209,6 +209,80 @@ TEST(ServerConfig, MissingFileIsNotFound) {
   auto c = load_config("/nonexistent/tierserve.yaml");
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ts::server
+
+namespace ts::server {
+namespace {
+
+// Every key from --set and the environment; command line > environment > file > default.
+TEST(ServerConfigLayers, SetAndEnvironmentOverrideTheFile) {
+  const std::string path = std::string(TS_BINARY_DIR) + "/config_layers_test.yaml";
+  {
+    std::ofstream(path) << "scheduler: {step_token_budget: 32}\ndrain_timeout_ms: 1000\nhttp: {threads: 3}\n";
+  }
+  const char* env[] = {"TIERSERVE_SCHEDULER__STEP_TOKEN_BUDGET=128", "TIERSERVE_DRAIN_TIMEOUT_MS=2000",
+                       "TIERSERVE_TIERS__STANDARD__SHARE_MIN=0.4", "TIERSERVE_MODEL=/not/a/config/key.gguf",
+                       "TIERSERVE_ISA=avx2", "PATH=/bin", nullptr};
+  const auto from_env = env_overrides(env);
+  ASSERT_EQ(from_env.size(), 3u);  // TIERSERVE_MODEL and TIERSERVE_ISA are not config keys
+  auto c = load_layered_config(path, from_env, {});
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->sched.step_token_budget, 128);  // environment over the file
+  EXPECT_EQ(c->drain_timeout_ms, 2000);
+  EXPECT_EQ(c->http.threads, 3);               // the file
+  EXPECT_DOUBLE_EQ(c->sched.tiers[1].share_min, 0.4);
+  std::vector<ConfigOverride> sets = {*parse_set("scheduler.step_token_budget=auto"), *parse_set("log.format=json"),
+                                      *parse_set("model.served_name=[a, b]"), *parse_set("tiers.ultrafast.max_queue_wait_ms=50")};
+  c = load_layered_config(path, from_env, sets);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->sched.step_token_budget, 0);     // the command line over the environment ("auto")
+  EXPECT_EQ(c->log.format, "json");
+  EXPECT_EQ(c->model.served_names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c->sched.tiers[0].max_queue_wait_ms, 50);
+  // --print-config shows the result: it round-trips.
+  auto again = parse_config(to_yaml(*c));
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(again->model.served_names, c->model.served_names);
+  EXPECT_EQ(again->log.format, "json");
+}
+
+TEST(ServerConfigLayers, BadKeysAndValuesNameWhereTheyCameFrom) {
+  auto bad = [](std::vector<ConfigOverride> env, std::vector<ConfigOverride> sets) {
+    auto c = load_layered_config("", env, sets);
+    return c.is_ok() ? std::string("(accepted)") : c.status().message();
+  };
+  std::string m = bad({}, {*parse_set("scheduler.no_such_key=1")});
+  EXPECT_NE(m.find("--set scheduler.no_such_key"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown key"), std::string::npos) << m;
+  m = bad({}, {*parse_set("scheduler.step_token_budget=lots")});
+  EXPECT_NE(m.find("--set scheduler.step_token_budget"), std::string::npos) << m;
+  const char* e1[] = {"TIERSERVE_HTTP__THREADS=-3", nullptr};
+  m = bad(env_overrides(e1), {});
+  EXPECT_NE(m.find("TIERSERVE_HTTP__THREADS (environment)"), std::string::npos) << m;
+  const char* e2[] = {"TIERSERVE_NOPE__X=1", nullptr};
+  m = bad(env_overrides(e2), {});
+  EXPECT_NE(m.find("TIERSERVE_NOPE__X"), std::string::npos) << m;
+  m = bad({}, {*parse_set("tiers.gold.share_max=0.5")});
+  EXPECT_NE(m.find("no tier named 'gold'"), std::string::npos) << m;
+  m = bad({}, {*parse_set("limits.max_body_bytes.deeper=1")});
+  EXPECT_NE(m.find("--set limits.max_body_bytes.deeper"), std::string::npos) << m;
+  EXPECT_NE(m.find("expected a scalar"), std::string::npos) << m;
+  m = bad({}, {*parse_set("limits=3")});
+  EXPECT_NE(m.find("--set limits"), std::string::npos) << m;
+  EXPECT_FALSE(parse_set("noequals").is_ok());
+  EXPECT_FALSE(parse_set("=1").is_ok());
+  EXPECT_FALSE(parse_set("Upper.case=1").is_ok());
+  EXPECT_FALSE(parse_set("a..b=1").is_ok());
+  // A served name goes into bodies, logs and metric labels: no quotes, spaces or controls.
+  for (const char* name : {"has space", "quo\"te", "back\\slash", "tab\there"}) {
+    auto c = load_layered_config("", {}, {});
+    ASSERT_TRUE(c.is_ok());
+    c->model.served_names = {"fine", name};
+    EXPECT_FALSE(validate(*c).is_ok()) << name;
+  }
 }
 
 }  // namespace

@@ -92,14 +92,14 @@ std::string completion_body(const ResponseHead& h, const std::string& text, cons
     choice["text"] = text;
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(u);
-  j["service_tier"] = s.tier_served;
+  j["service_tier"] = s.service_tier.empty() ? s.tier_served : s.service_tier;
   j["system_fingerprint"] = nullptr;
   j["tierserve"] = served_json(s);
   return dump(j);
 }
 
 std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
-                       const std::string& tier_served, const LogprobsInfo* logprobs) {
+                       const std::string& service_tier, const LogprobsInfo* logprobs, bool usage_null) {
   json j = head_json(h, true);
   json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
   if (logprobs && !logprobs->tokens.empty()) choice["logprobs"] = logprobs_json(h.endpoint, *logprobs);
@@ -113,8 +113,9 @@ std::string chunk_json(const ResponseHead& h, const std::string& text, bool firs
     choice["text"] = text;
   }
   j["choices"] = json::array({choice});
-  j["service_tier"] = tier_served;
+  j["service_tier"] = service_tier;
   j["system_fingerprint"] = nullptr;
+  if (usage_null) j["usage"] = nullptr;
   return dump(j);
 }
 
@@ -122,7 +123,7 @@ std::string usage_chunk_json(const ResponseHead& h, const UsageInfo& u, const Se
   json j = head_json(h, true);
   j["choices"] = json::array();
   j["usage"] = usage_json(u);
-  j["service_tier"] = s.tier_served;
+  j["service_tier"] = s.service_tier.empty() ? s.tier_served : s.service_tier;
   j["system_fingerprint"] = nullptr;
   j["tierserve"] = served_json(s);
   return dump(j);

@@ -27,30 +27,32 @@ TEST(SseFraming, GoldenText) {
 }
 
 TEST(OpenAiResponse, ChatCompletionGolden) {
-  ServedInfo s{"ultrafast", "standard", "not_entitled", 1.25, 20.5, 1};
+  ServedInfo s{"ultrafast", "standard", "default", "not_entitled", 1.25, 20.5, 1};
   const std::string body = completion_body(head(Endpoint::kChat), "Paris.", "stop", {9, 2, 0}, s);
   EXPECT_EQ(body,
             R"({"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":"Paris.","refusal":null,)"
             R"("role":"assistant"}}],"created":1700000000,"id":"chatcmpl-1","model":"m","object":"chat.completion",)"
-            R"("service_tier":"standard","system_fingerprint":null,"tierserve":{"degraded_reason":"not_entitled",)"
+            R"("service_tier":"default","system_fingerprint":null,"tierserve":{"degraded_reason":"not_entitled",)"
             R"("preemptions":1,"queue_ms":1.25,"tier_requested":"ultrafast","tier_served":"standard","ttft_ms":20.5},)"
             R"("usage":{"completion_tokens":2,"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":0},"total_tokens":11}})");
 }
 
 TEST(OpenAiResponse, TextCompletionAndChunks) {
-  ServedInfo s{"batch", "batch", "", 0, 0, 0};
+  ServedInfo s{"batch", "batch", "flex", "", 0, 0, 0};
   const json c = json::parse(completion_body(head(Endpoint::kCompletions), "x", "length", {1, 1, 0}, s));
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["text"], "x");
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(c["tierserve"]["degraded_reason"].is_null());
 
-  const json first = json::parse(chunk_json(head(Endpoint::kChat), "He", true, "", "standard"));
+  const json first = json::parse(chunk_json(head(Endpoint::kChat), "He", true, "", "default"));
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(first["choices"][0]["delta"]["content"], "He");
   EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(first["service_tier"], "standard");
+  EXPECT_EQ(first["service_tier"], "default");
+  EXPECT_FALSE(first.contains("usage"));  // only with include_usage (then null until the usage chunk)
+  EXPECT_TRUE(json::parse(chunk_json(head(Endpoint::kChat), "He", true, "", "default", nullptr, true))["usage"].is_null());
   const json last = json::parse(chunk_json(head(Endpoint::kChat), "", false, "stop", "standard"));
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_FALSE(last["choices"][0]["delta"].contains("content"));
@@ -66,7 +68,7 @@ TEST(OpenAiResponse, TextCompletionAndChunks) {
 }
 
 TEST(OpenAiResponse, LogprobsGolden) {
-  ServedInfo s{"standard", "standard", "", 0, 0, 0};
+  ServedInfo s{"standard", "standard", "default", "", 0, 0, 0};
   LogprobsInfo lp;
   lp.tokens = {{"Par", -0.25, {{"Par", -0.25}, {"Lon", -1.5}}}, {"is\xe2", -0.5, {{"is\xe2", -0.5}, {"is", -0.5}}}};
   const json chat = json::parse(completion_body(head(Endpoint::kChat), "Paris", "stop", {1, 2, 0}, s, &lp));
@@ -90,7 +92,7 @@ TEST(OpenAiResponse, LogprobsGolden) {
 }
 
 TEST(OpenAiResponse, InvalidUtf8InTextIsReplacedNotThrown) {
-  ServedInfo s{"standard", "standard", "", 0, 0, 0};
+  ServedInfo s{"standard", "standard", "default", "", 0, 0, 0};
   const std::string body = completion_body(head(Endpoint::kCompletions), "a\xff", "stop", {1, 1, 0}, s);
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << body;

@@ -5,19 +5,24 @@
 namespace ts::server {
 
 void Router::add(std::string method, std::string path, Handler h) {
-  routes_.push_back({std::move(method), std::move(path), std::move(h)});
+  routes_.push_back({std::move(method), std::move(path), std::move(h), false});
+}
+
+void Router::add_prefix(std::string method, std::string prefix, Handler h) {
+  routes_.push_back({std::move(method), std::move(prefix), std::move(h), true});
 }
 
 bool Router::has_path(const std::string& path) const {
   for (const auto& r : routes_)
-    if (r.path == path) return true;
+    if (!r.prefix && r.path == path) return true;
   return false;
 }
 
 void Router::dispatch(const HttpRequest& req, std::shared_ptr<Responder> out) const {
   std::string allow;
+  const bool exact = has_path(req.path);
   for (const auto& r : routes_) {
-    if (r.path != req.path) continue;
+    if (!matches(r, req.path) || (exact && r.prefix)) continue;
     if (r.method == req.method || (req.method == "HEAD" && r.method == "GET")) {
       r.handler(req, std::move(out));
       return;

@@ -12,9 +12,10 @@ std::vector<int32_t> ServiceBackend::tokenize_prompt(const std::string& text) co
   return s_.tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
 }
 
-Result<std::vector<int32_t>> ServiceBackend::tokenize_chat(std::span<const tok::ChatMessage> messages) const {
+Result<std::vector<int32_t>> ServiceBackend::tokenize_chat(std::span<const tok::ChatMessage> messages,
+                                                           bool add_generation_prompt) const {
   const tok::ChatTemplate& t = s_.chat_template();
-  Result<std::string> text = t.render(messages, /*add_generation_prompt=*/true);
+  Result<std::string> text = t.render(messages, add_generation_prompt);
   if (!text.is_ok()) return text.status();
   std::vector<int32_t> ids = s_.tokenizer().encode(*text, /*add_special=*/true, /*parse_special=*/true);
   // A template that writes {{ bos_token }} for a vocabulary that does not add BOS itself.
@@ -23,6 +24,8 @@ Result<std::vector<int32_t>> ServiceBackend::tokenize_chat(std::span<const tok::
     ids.insert(ids.begin(), tk.bos_id());
   return ids;
 }
+
+std::string ServiceBackend::detokenize(std::span<const int32_t> ids) const { return s_.tokenizer().decode(ids); }
 
 int64_t ServiceBackend::max_seq_len() const { return s_.max_seq_len(); }
 

@@ -129,8 +129,11 @@ void Service::Impl::tier_gauges(const std::vector<int64_t>* tokens_by_label, dou
 }
 
 void Service::Impl::publish() {
+  int64_t running = 0;
+  for (sched::TierId t = 0; t < sched->n_tiers(); ++t) running += sched->running(t);
   std::lock_guard<std::mutex> lk(mu);
   n_engine_seqs = engine->n_seqs();
+  n_running = running;
   kv = engine->kv_stats();
 }
 
@@ -431,6 +434,7 @@ bool Service::Impl::step_once() {
           if (!r.computed_once) {
             r.computed_once = true;
             r.first_step_ns = now;
+            metrics.prefix_cache(int64_t(r.req.prompt.size()), r.n_cached_prompt);
             if (const auto info = sched->info(e.id); info && sched->tier(info->tier_served).config().interrupt) {
               r.steps_behind = info->steps_behind;
               r.steps_behind_late = info->steps_behind_after_max_wait;
@@ -526,6 +530,25 @@ bool Service::Impl::step_once() {
   return true;
 }
 
+// Requests not started yet hear that they still wait, every wait_notice_ms.
+void Service::Impl::notify_waiting() {
+  if (opts.wait_notice_ms <= 0) return;
+  const int64_t now = clock->now_ns(), every = opts.wait_notice_ms * 1'000'000;
+  for (auto& [id, r] : reqs) {
+    if (r->computed_once) continue;
+    const int64_t since = r->last_notice_ns >= 0 ? r->last_notice_ns : r->arrival_ns;
+    if (now - since < every) continue;
+    r->last_notice_ns = now;
+    Update u;
+    u.kind = Update::Kind::kWaiting;
+    u.id = id;
+    u.accepted = true;
+    u.tier_requested = r->req.tier;
+    u.tier_served = r->tier_served;
+    deliver(*r, u);
+  }
+}
+
 // --- the thread ---------------------------------------------------------------------------
 
 void Service::Impl::shutdown_all(std::vector<Pending>& in) {
@@ -582,6 +605,7 @@ void Service::Impl::run() {
     if (reqs.empty() && (!in.empty() || !cx.empty())) tier_gauges(nullptr, 0.0);
     publish();
     if (reqs.empty()) continue;
+    notify_waiting();
     const bool progressed = step_once();
     publish();
     if (!progressed) {

@@ -38,6 +38,7 @@ struct RequestState {
   // Times (clock nanoseconds).
   int64_t arrival_ns = 0;
   int64_t first_step_ns = -1;
+  int64_t last_notice_ns = -1;  // last kWaiting (arrival before the first)
   int32_t steps_behind = -1, steps_behind_late = -1;  // Timings::steps_behind*
   int64_t first_token_ns = -1;
   int32_t n_preemptions = 0;

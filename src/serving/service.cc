@@ -188,6 +188,7 @@ Stats Service::stats() const {
   s.n_drafted = m.n_drafted;
   s.n_draft_accepted = m.n_draft_accepted;
   s.n_engine_seqs = m.n_engine_seqs;
+  s.n_running = std::min(m.n_running, m.n_active);
   s.n_forced_exclusive = m.n_forced_exclusive;
   s.kv = m.kv;
   s.step_cost = m.cost_now;

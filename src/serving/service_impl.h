@@ -75,6 +75,7 @@ struct Service::Impl {
   int64_t n_interrupted = 0;
   int64_t n_drafted = 0, n_draft_accepted = 0;
   int64_t n_engine_seqs = 0;
+  int64_t n_running = 0;
   int64_t n_forced_exclusive = 0;
   engine::KvStats kv;
   sched::StepCost cost_now;       // cost->current(), and what it implies, for stats()
@@ -92,6 +93,7 @@ struct Service::Impl {
   void admit(std::vector<Pending>& in);
   void apply_cancels(const std::vector<RequestId>& ids);
   void apply_events(const sched::Plan& plan);
+  void notify_waiting();
   void publish();
   // Copies the cost model and the wait bounds it implies for stats() (under mu).
   void publish_cost();

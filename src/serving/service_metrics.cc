@@ -36,6 +36,8 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* reg, const std::vector<std::st
   interrupted_ = reg_->counter(idx(Metric::kStepsInterrupted));
   correlation_ = reg_->gauge(idx(Metric::kLatencyCorrelation));
   forced_ = reg_->counter(idx(Metric::kStepsForcedExclusive));
+  prefix_queries_ = reg_->counter(idx(Metric::kPrefixCacheQueries));
+  prefix_hits_ = reg_->counter(idx(Metric::kPrefixCacheHits));
   bounds_.assign(tiers.size(), nullptr);
   const char* parts[] = {"fixed", "token", "output"};
   for (int i = 0; i < 3; ++i) cost_[i] = reg_->gauge(idx(Metric::kStepCost), {parts[i]});
@@ -104,6 +106,12 @@ void ServiceMetrics::speculative(int tier, int64_t drafted, int64_t accepted) {
 
 void ServiceMetrics::step_interrupted() {
   if (reg_) interrupted_->inc();
+}
+
+void ServiceMetrics::prefix_cache(int64_t queried, int64_t hit) {
+  if (!reg_) return;
+  if (queried > 0) prefix_queries_->inc(uint64_t(queried));
+  if (hit > 0) prefix_hits_->inc(uint64_t(hit));
 }
 
 void ServiceMetrics::step_forced_exclusive() {

@@ -42,6 +42,8 @@ class ServiceMetrics {
   void priority_inversions(int64_t n);
   // A step abandoned for an interrupting tier's arrival.
   void step_interrupted();
+  // A request's prompt looked up in the prefix cache, and the tokens found there.
+  void prefix_cache(int64_t queried, int64_t hit);
   // A step a promoted request of an interrupting tier took past its share (Plan::exclusive_forced).
   void step_forced_exclusive();
   // The interrupting tier's wait bound, and the step cost model it comes from.
@@ -66,6 +68,7 @@ class ServiceMetrics {
   metrics::Counter* inversions_ = nullptr;
   metrics::Counter* interrupted_ = nullptr;
   metrics::Counter* forced_ = nullptr;
+  metrics::Counter *prefix_queries_ = nullptr, *prefix_hits_ = nullptr;
   std::vector<metrics::Gauge*> bounds_;
   metrics::Gauge* cost_[3] = {};
   metrics::Gauge* correlation_ = nullptr;

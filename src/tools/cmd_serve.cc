@@ -11,18 +11,26 @@
 #include <atomic>
 #include <csignal>
 #include <cstdint>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <pthread.h>
 #include <string>
 #include <sys/stat.h>
 #include <thread>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <vector>
 
 #include "commands.h"
 #include "core/check.h"
+#include "core/build_info.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
+#include "core/log.h"
 #include "engine/model.h"
 #include "kernels/traits.h"
 #include "metrics/tierserve_metrics.h"
@@ -41,12 +49,12 @@ namespace ts::tools {
 namespace {
 
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "tierserve serve: %s\n", msg.c_str());
+  log_record(LogLevel::kError, "tierserve serve: " + msg);
   return 2;
 }
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "tierserve serve: error: %s\n", msg.c_str());
+  log_record(LogLevel::kError, "tierserve serve: error: " + msg);
   return 1;
 }
 
@@ -55,6 +63,26 @@ std::string model_id_of(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
   return name;
+}
+
+// systemd's readiness protocol (sd_notify(3)) without libsystemd: one datagram to the unix
+// socket named by $NOTIFY_SOCKET (a path, or an abstract name starting with '@'). Nothing
+// when the variable is unset (not run by systemd with Type=notify).
+void sd_notify_state(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (!path || !*path) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t n = std::strlen(path);
+  if (n >= sizeof addr.sun_path) return;
+  std::memcpy(addr.sun_path, path, n);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const socklen_t len = socklen_t(offsetof(sockaddr_un, sun_path) + n);
+  if (::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr), len) < 0)
+    TS_LOG_WARN("tierserve serve: sd_notify to %s failed", path);
+  ::close(fd);
 }
 
 bool write_port_file(const std::string& path, int port) {
@@ -74,7 +102,7 @@ struct Overrides {
   int port = -2, admin_port = -2, threads = -1, http_threads = -1;
   int64_t kv_bytes = -1, max_seq_len = -1, step_budget = -1, drain_timeout_ms = -1, max_tokens_cap = -1;
   std::string scheduling, on_unentitled;
-  std::vector<std::string> tiers;
+  std::vector<std::string> tiers, sets, served_names;
 };
 
 }  // namespace
@@ -107,6 +135,13 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::Range(int64_t(0), INT64_MAX));
   app.add_option("--on-unentitled", o.on_unentitled, "downgrade or reject a tier a key may not use (on_unentitled)")
       ->check(CLI::IsMember({"downgrade", "reject"}));
+  app.add_option("--set", o.sets,
+                 "set any config key KEY=VALUE, repeatable (e.g. scheduler.step_token_budget=64, tiers.standard.share_min=0.6); "
+                 "the environment sets them too as TIERSERVE_KEY__PATH=VALUE; command line > environment > file > default");
+  app.add_option("--served-model-name", o.served_names,
+                 "the model's name(s) in requests and responses, repeatable (model.served_name; default: the file name)");
+  std::string log_format;
+  app.add_option("--log-format", log_format, "text or json lines on stderr (log.format)")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--hash-key", hash_key, "print the sha256 of an API key for the config's keys[] and exit");
   app.add_flag("--print-config", print_config, "print the effective config as YAML and exit");
   try {
@@ -120,13 +155,21 @@ int cmd_serve(int argc, char** argv) {
     return 0;
   }
 
-  // --- configuration ---
-  server::ServerConfig cfg;
-  if (!o.config_path.empty()) {
-    auto c = server::load_config(o.config_path);
-    if (!c.is_ok()) return usage_error("config: " + c.status().message());
-    cfg = std::move(c).value();
+  if (!log_format.empty()) set_log_format(log_format == "json" ? LogFormat::kJson : LogFormat::kText);
+
+  // --- configuration: defaults < file < environment < command line ---
+  std::vector<server::ConfigOverride> sets;
+  for (const auto& a : o.sets) {
+    auto ov = server::parse_set(a);
+    if (!ov.is_ok()) return usage_error(ov.status().message());
+    sets.push_back(std::move(ov).value());
   }
+  auto layered = server::load_layered_config(o.config_path, server::env_overrides(environ), sets);
+  if (!layered.is_ok()) return usage_error("config: " + layered.status().message());
+  server::ServerConfig cfg = std::move(layered).value();
+  if (!o.served_names.empty()) cfg.model.served_names = o.served_names;
+  if (!log_format.empty()) cfg.log.format = log_format;
+  set_log_format(cfg.log.format == "json" ? LogFormat::kJson : LogFormat::kText);
   if (!o.host.empty()) cfg.listen.host = o.host;
   if (o.port != -2) cfg.listen.port = o.port;
   if (!o.admin_host.empty()) cfg.admin.host = o.admin_host;
@@ -222,39 +265,45 @@ int cmd_serve(int argc, char** argv) {
   so.spec_max_ngram = cfg.speculative.max_ngram;
   so.spec_min_ngram = cfg.speculative.min_ngram;
   so.max_output_tokens = cfg.limits.max_tokens_cap;
+  so.wait_notice_ms = cfg.http.queued_notice_ms;
   auto registry = metrics::make_tierserve_registry();
   auto service = serving::Service::create(**model, **tokenizer, *chat, so, registry.get());
   if (!service.is_ok()) return fail("serving: " + service.status().to_string());
   serving::Service& svc = **service;
   const serving::Stats st0 = svc.stats();
-  std::fprintf(stderr,
-               "tierserve serve: model %s loaded in %.0f ms; chat template %s (%s); context %lld; KV %d blocks of %d "
-               "(%.1f MiB); scheduling %s; tiers",
-               model_path.c_str(), double(now_ns() - t_load) / 1e6, std::string(tok::chat_family_name(chat->family())).c_str(),
-               chat->reason().c_str(), (long long)svc.max_seq_len(), st0.kv.total, st0.kv.block_size,
-               double(st0.kv.bytes) / (1024.0 * 1024.0), cfg.fifo ? "fifo" : "tiered");
-  for (const auto& t : svc.sched_config().tiers) std::fprintf(stderr, " %s", t.name.c_str());
-  std::fprintf(stderr, "; %zu API keys; kernels %s (%s); attention %s\n", cfg.keys.size(),
-               kernels::isa_name(kernels::best_isa()), cpu_features().to_string().c_str(),
-               engine::ops::attn_numerics_name(mo.attn_numerics));
+  {
+    std::string tiers;
+    for (const auto& t : svc.sched_config().tiers) tiers += (tiers.empty() ? "" : " ") + t.name;
+    char line[1024];
+    std::snprintf(line, sizeof line,
+                  "tierserve serve: model %s loaded in %.0f ms; chat template %s (%s); context %lld; KV %d blocks of %d "
+                  "(%.1f MiB); scheduling %s; tiers %s; %zu API keys; kernels %s (%s); attention %s; tierserve %s (git %s)",
+                  model_path.c_str(), double(now_ns() - t_load) / 1e6,
+                  std::string(tok::chat_family_name(chat->family())).c_str(), chat->reason().c_str(),
+                  (long long)svc.max_seq_len(), st0.kv.total, st0.kv.block_size, double(st0.kv.bytes) / (1024.0 * 1024.0),
+                  cfg.fifo ? "fifo" : "tiered", tiers.c_str(), cfg.keys.size(), kernels::isa_name(kernels::best_isa()),
+                  cpu_features().to_string().c_str(), engine::ops::attn_numerics_name(mo.attn_numerics), build_version(),
+                  build_git_revision());
+    log_record(LogLevel::kInfo, line);
+  }
   // The bounds derived from this machine's measured step cost (docs/scheduler.md, bounds).
   const sched::StepCost& cost = st0.step_cost;
   if (cost.measured()) {
-    std::fprintf(stderr,
-                 "tierserve serve: step cost measured: %.2f ms + %.3f ms per token + %.3f ms per output row + %.2f ns per "
-                 "attention pair (%d layers); "
-                 "step budget %lld tokens%s; uninterruptible stretch at most %.1f ms",
-                 cost.fixed_ns / 1e6, cost.token_ns / 1e6, cost.output_ns / 1e6, cost.pair_ns, cost.n_layers,
-                 (long long)st0.step_token_budget, cfg.sched.step_token_budget == 0 ? " (auto)" : "",
-                 cost.segment_ns(st0.step_token_budget, 0) / 1e6);
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "tierserve serve: step cost measured: %.2f ms + %.3f ms per token + %.3f ms per output row + %.2f ns per "
+                  "attention pair (%d layers); step budget %lld tokens%s; uninterruptible stretch at most %.1f ms",
+                  cost.fixed_ns / 1e6, cost.token_ns / 1e6, cost.output_ns / 1e6, cost.pair_ns, cost.n_layers,
+                  (long long)st0.step_token_budget, cfg.sched.step_token_budget == 0 ? " (auto)" : "",
+                  cost.segment_ns(st0.step_token_budget, 0) / 1e6);
+    std::string text = line;
     for (const auto& t : svc.sched_config().tiers)
-      if (t.burst_tokens > 0) std::fprintf(stderr, "; %s burst %lld tokens", t.name.c_str(), (long long)t.burst_tokens);
+      if (t.burst_tokens > 0) text += "; " + t.name + " burst " + std::to_string(t.burst_tokens) + " tokens";
     for (const auto& [tier, ns] : st0.wait_bound_ns)
-      std::fprintf(stderr, "; %s waits behind other tiers at most %.0f ms", tier.c_str(), double(ns) / 1e6);
-    std::fprintf(stderr, "\n");
+      text += "; " + tier + " waits behind other tiers at most " + std::to_string(int64_t(double(ns) / 1e6)) + " ms";
+    log_record(LogLevel::kInfo, text);
   } else {
-    std::fprintf(stderr, "tierserve serve: step cost not measured; step budget %lld tokens\n",
-                 (long long)st0.step_token_budget);
+    TS_LOG_INFO("tierserve serve: step cost not measured; step budget %lld tokens", (long long)st0.step_token_budget);
   }
 
   // --- HTTP: the App takes over the listeners now that the model is loaded ---
@@ -267,25 +316,27 @@ int cmd_serve(int argc, char** argv) {
   if (admin_port >= 0) std::printf("admin on http://%s:%d\n", cfg.admin.host.c_str(), admin_port);
   std::fflush(stdout);
   if (!port_file.empty() && !write_port_file(port_file, *main_port))
-    std::fprintf(stderr, "tierserve serve: warning: cannot write --port-file %s\n", port_file.c_str());
+    TS_LOG_WARN("tierserve serve: cannot write --port-file %s", port_file.c_str());
+  sd_notify_state("READY=1\nSTATUS=serving");
 
   // --- wait for SIGTERM/SIGINT, then drain ---
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "tierserve serve: %s: draining (%lld in flight, up to %lld ms)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-               (long long)svc.stats().n_active, (long long)cfg.drain_timeout_ms);
+  TS_LOG_INFO("tierserve serve: %s: draining (%lld in flight, up to %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+              (long long)svc.stats().n_active, (long long)cfg.drain_timeout_ms);
+  sd_notify_state("STOPPING=1\nSTATUS=draining");
   http_app.begin_drain();
   http.stop_accepting();
   svc.begin_drain();
   const bool idle = svc.wait_idle(cfg.drain_timeout_ms);
   if (!idle)
-    std::fprintf(stderr, "tierserve serve: drain timeout: cancelling %lld requests\n", (long long)svc.stats().n_active);
+    TS_LOG_WARN("tierserve serve: drain timeout: cancelling %lld requests", (long long)svc.stats().n_active);
   svc.shutdown();  // cancels what is left: each gets an explicit error
   // Let the HTTP threads write the last responses (bounded: a stalled client is dropped).
   const int64_t flush_deadline = now_ns() + 2000000000LL;
   while (http.in_flight() > 0 && now_ns() < flush_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   http.stop();
-  std::fprintf(stderr, "tierserve serve: stopped\n");
+  TS_LOG_INFO("tierserve serve: stopped");
   return 0;
 }
 

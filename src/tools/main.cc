@@ -3,6 +3,9 @@
 #include <cstring>
 
 #include "commands.h"
+#include "core/build_info.h"
+#include "core/cpu_features.h"
+#include "kernels/traits.h"
 
 namespace {
 
@@ -25,7 +28,13 @@ constexpr Command kCommands[] = {
 void usage(FILE* out) {
   std::fprintf(out, "usage: tierserve <command> [options]\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
-  std::fprintf(out, "\n`tierserve <command> --help` describes a command's options.\n");
+  std::fprintf(out, "\n`tierserve <command> --help` describes a command's options; `tierserve --version`.\n");
+}
+
+int version() {
+  std::printf("tierserve %s (git %s)\ncompiler: %s\nkernels: %s (%s)\n", ts::build_version(), ts::build_git_revision(),
+              ts::build_compiler(), ts::kernels::isa_name(ts::kernels::best_isa()), ts::cpu_features().to_string().c_str());
+  return 0;
 }
 
 }  // namespace
@@ -39,6 +48,7 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) return version();
   for (const auto& c : kCommands)
     if (!std::strcmp(argv[1], c.name)) return c.fn(argc - 1, argv + 1);
   std::fprintf(stderr, "tierserve: unknown command '%s'\n\n", argv[1]);

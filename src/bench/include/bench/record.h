@@ -32,7 +32,8 @@ struct RequestRecord {
   int http_status = 0;        // 0 = no response
   std::string error;          // "" = ok; else a type: http_<status> (http_429, http_503,
                               // ...), connect, timeout, write, read, protocol, incomplete,
-                              // stream_error
+                              // stream_error, stream_refused (an in-stream error
+                              // before any token with a refusal code: queue_timeout...)
   std::string error_detail;
   std::string error_code;     // the error object's "code" (queue_full, rate_limit_exceeded...)
   int n_tier_changes = 0;     // in-band ": tierserve tier_changed ..." comments

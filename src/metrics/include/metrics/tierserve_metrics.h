@@ -32,6 +32,13 @@ enum class Metric : size_t {
   kWaitBound,              // tierserve_wait_bound_seconds{tier}
   kStepsForcedExclusive,   // tierserve_steps_forced_exclusive_total
   kStepCost,               // tierserve_step_cost_seconds{part}
+  kNumRequestsWaiting,     // tierserve_num_requests_waiting (the gauges gateways route on)
+  kNumRequestsRunning,     // tierserve_num_requests_running
+  kKvCacheUsage,           // tierserve_kv_cache_usage_ratio
+  kCacheConfigInfo,        // tierserve_cache_config_info{block_size,num_blocks}
+  kPrefixCacheQueries,     // tierserve_prefix_cache_queries_total (tokens)
+  kPrefixCacheHits,        // tierserve_prefix_cache_hits_total (tokens)
+  kBuildInfo,              // tierserve_build_info{version,revision,isa,kernels}
   kCount
 };
 

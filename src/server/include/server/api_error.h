@@ -23,5 +23,7 @@ ApiError bad_request(std::string message, std::string param = "", std::string co
 ApiError unauthorized(std::string message);
 ApiError not_found_error(std::string message);
 ApiError server_error(int status, std::string message, std::string code);
+// 404 model_not_found, OpenAI's answer to an unknown "model".
+ApiError model_not_found(const std::string& name);
 
 }  // namespace ts::server

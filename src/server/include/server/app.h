@@ -2,19 +2,29 @@
 // socket-related: App::handle takes an HttpRequest and a Responder.
 //
 //   main listener:  POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+//                   GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /health,
 //                   GET /health/live, GET /health/ready, and GET /metrics and
 //                   GET /admin/stats when there is no separate admin listener
-//   admin listener: GET /metrics, GET /admin/stats, GET /health/live, GET /health/ready
+//   admin listener: GET /metrics, GET /admin/stats, GET /health, GET /health/live,
+//                   GET /health/ready
 //
-// When keys are configured every route but /health/* needs "Authorization: Bearer KEY".
+// When keys are configured every route but /health* needs "Authorization: Bearer KEY".
+// Every request gets a request id (a valid incoming X-Request-Id, else a fresh one),
+// echoed as x-request-id; a valid W3C traceparent is logged with it. One access-log line
+// per finished request (but /health* and /metrics): docs/server.md, logs.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/clock.h"
 #include "metrics/registry.h"
@@ -31,7 +41,8 @@ enum class Listener : uint8_t { kMain, kAdmin };
 
 class App {
  public:
-  // `backend`, `registry` (may be null) and `clock` outlive the App.
+  // `backend`, `registry` (may be null) and `clock` outlive the App. `model_id`: the
+  // model's name when the config gives no model.served_name.
   App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry, const Clock& clock, std::string model_id);
 
   void handle(const HttpRequest& req, std::shared_ptr<Responder> out, Listener l) const;
@@ -46,14 +57,27 @@ class App {
   void set_connection_stats(std::function<ConnectionStats()> fn) { connection_stats_ = std::move(fn); }
 
   const KeyTable& keys() const { return keys_; }
-  const std::string& model_id() const { return model_id_; }
+  // The model's names (model.served_name, else the file's): the first is the primary.
+  const std::vector<std::string>& model_names() const { return model_names_; }
+  const std::string& model_id() const { return model_names_.front(); }
 
-  // The tier a request names (service_tier, an alias or a tier name), or "" when unknown.
-  std::string resolve_tier(const std::string& service_tier) const;
+  // The tier a request's service_tier names: a tier name, or OpenAI's values (priority and
+  // its newer name fast, default and scale, flex) through tier_aliases. "auto" names none
+  // (""): the key's default tier, else the server's, apply as for no service_tier. nullopt
+  // when unknown.
+  std::optional<std::string> resolve_tier(const std::string& service_tier) const;
+  // OpenAI's service_tier value of a tier (what responses say): the first of priority,
+  // default, flex, scale, auto that tier_aliases maps to it.
+  std::string openai_tier(const std::string& tier) const;
+  bool serves_model(const std::string& name) const;
 
  private:
   void completions(const HttpRequest& req, std::shared_ptr<Responder> out, Endpoint ep) const;
   void models(std::shared_ptr<Responder> out) const;
+  void model(const HttpRequest& req, std::shared_ptr<Responder> out) const;
+  std::optional<nlohmann::json> utility_body(const HttpRequest& req, const std::shared_ptr<Responder>& out) const;
+  void tokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const;
+  void detokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const;
   void metrics_text(std::shared_ptr<Responder> out) const;
   void stats(std::shared_ptr<Responder> out) const;
   void health(std::shared_ptr<Responder> out, bool ready_check) const;
@@ -65,7 +89,8 @@ class App {
   Backend& backend_;
   metrics::Registry* registry_;
   const Clock& clock_;
-  std::string model_id_;
+  std::vector<std::string> model_names_;
+  std::map<std::string, std::string> openai_tiers_;  // tier -> OpenAI value
   KeyTable keys_;
   Router main_, admin_;
   std::atomic<bool> ready_{true};

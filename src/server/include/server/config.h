@@ -11,7 +11,8 @@
 //   tiers: [ {name, priority, share_min, share_max, borrow, max_queue_wait_ms,
 //             on_timeout, max_queued_requests, max_queued_tokens, max_batch,
 //             speculative, preemption_budget, queue} ]
-//   tier_aliases: {priority: ultrafast, default: standard, auto: standard, flex: batch}
+//   tier_aliases: {priority: ultrafast, default: standard, flex: batch}
+//   metrics: {vllm_names}            log: {format, access}
 //   default_tier: standard
 //   limits: {max_header_bytes, max_body_bytes, max_tokens_cap, default_max_tokens, ...}
 //   http: {threads, idle_timeout_ms, read_timeout_ms, write_timeout_ms, max_connections}
@@ -67,6 +68,9 @@ struct HttpConfig {
   int64_t read_timeout_ms = 30000;  // one request's header and body
   int64_t write_timeout_ms = 60000; // one write (a stalled client is dropped)
   int64_t max_connections = 1024;   // open at once on the main listener (503 beyond); 0: unlimited
+  // A stream waiting in a queue gets a ": queued" comment this often (its headers went out
+  // at admission): no proxy idle timeout cuts it. 0: none.
+  int64_t queued_notice_ms = 10000;
 };
 
 struct EngineConfig {
@@ -92,6 +96,21 @@ struct ModelConfig {
   // takes tiled, or true/false for on/off.
   std::string flash_attn = "on";
   bool map_plan = false;            // read a plan's panels in place instead of copying them
+  // The model's names in requests ("model") and responses; the first is the primary. Empty:
+  // the file name without ".gguf". YAML: a string or a list.
+  std::vector<std::string> served_names;
+};
+
+struct MetricsConfig {
+  // Also export the gauges gateways route on under vLLM's names (vllm:num_requests_waiting,
+  // vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:cache_config_info), so that a
+  // stock Endpoint Picker and vLLM dashboards work unconfigured.
+  bool vllm_names = false;
+};
+
+struct LogConfig {
+  std::string format = "text";      // text | json (lines on stderr)
+  bool access = true;               // one line per finished request (not /health*, /metrics)
 };
 
 sched::SchedConfig server_default_sched();
@@ -106,14 +125,18 @@ struct ServerConfig {
   // sched::default_config() with what the machine decides left to it: the step budget and
   // the latency tier's burst are derived at start from the measured step cost ("auto").
   sched::SchedConfig sched = server_default_sched();
-  std::map<std::string, std::string> tier_aliases = {
-      {"priority", "ultrafast"}, {"default", "standard"}, {"auto", "standard"}, {"flex", "batch"}};
+  // service_tier values -> tiers: OpenAI's (priority, default, flex, scale; "fast" is read as
+  // priority) and any of one's own. Responses say a tier's OpenAI value: every tier needs
+  // one. "auto" is not an alias: it means the key's default tier, else default_tier.
+  std::map<std::string, std::string> tier_aliases = {{"priority", "ultrafast"}, {"default", "standard"}, {"flex", "batch"}};
   std::string default_tier = "standard";
   Limits limits;
   HttpConfig http;
   int64_t drain_timeout_ms = 30000;
   OnUnentitled on_unentitled = OnUnentitled::kDowngrade;
   std::vector<KeyConfig> keys;
+  MetricsConfig metrics;
+  LogConfig log;
 };
 
 // Parses YAML text; `origin` names the file in messages. kInvalidArgument with the
@@ -122,6 +145,28 @@ struct ServerConfig {
 Result<ServerConfig> parse_config(std::string_view yaml_text, std::string_view origin = "config");
 // Reads and parses a file (kNotFound when it cannot be read).
 Result<ServerConfig> load_config(const std::string& path);
+
+// One override of a config key from outside the file: "a.b.c" = a YAML value ("64",
+// "auto", "[x, y]"), from `--set a.b.c=V` or the environment (TIERSERVE_A__B__C=V).
+// Tiers are addressed by name: tiers.standard.share_max.
+struct ConfigOverride {
+  std::string path;
+  std::string value;
+  std::string origin;  // "--set" or "TIERSERVE_..." (in messages)
+};
+
+// "a.b.c=V" -> an override; kInvalidArgument naming it when malformed.
+Result<ConfigOverride> parse_set(std::string_view assignment);
+// The config overrides among environment entries ("NAME=VALUE"): TIERSERVE_ followed by a
+// key path whose segments are separated by "__" (TIERSERVE_SCHEDULER__STEP_TOKEN_BUDGET),
+// or a top-level scalar key (TIERSERVE_DRAIN_TIMEOUT_MS). Other TIERSERVE_ variables
+// (TIERSERVE_MODEL, TIERSERVE_ISA, TIERSERVE_LOG, ...) are not config keys and are left out.
+std::vector<ConfigOverride> env_overrides(const char* const* environ_entries);
+// The layers in order of precedence, lowest first: defaults, the file (path "" for none),
+// the environment, the command line's --set. kInvalidArgument naming the key and where it
+// came from for an unknown key or a bad value; kNotFound for a file that cannot be read.
+Result<ServerConfig> load_layered_config(const std::string& path, const std::vector<ConfigOverride>& env,
+                                         const std::vector<ConfigOverride>& sets);
 
 // Cross-field checks: the tiers (sched::check_config), aliases and default tiers naming
 // configured tiers, key hashes well-formed and unique, limits in range.

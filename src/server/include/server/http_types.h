@@ -52,6 +52,9 @@ class Responder {
   // `fn` runs once, on some thread, if the client goes away before the response ended
   // (at once if it already has). It must not block.
   virtual void on_disconnect(std::function<void()> fn) = 0;
+  // The access-log record of this exchange (server/access_log.h), for a handler to add
+  // what it knows before it ends the response; null when the exchange is not logged.
+  virtual struct AccessRecord* access_record() { return nullptr; }
 };
 
 using Handler = std::function<void(const HttpRequest&, std::shared_ptr<Responder>)>;

@@ -22,6 +22,7 @@ namespace ts::server {
 struct ServedInfo {
   std::string tier_requested;
   std::string tier_served;
+  std::string service_tier;     // OpenAI's value of tier_served (priority, default, flex, ...)
   std::string degraded_reason;  // "" when served as requested
   double queue_ms = 0;
   double ttft_ms = 0;
@@ -66,9 +67,11 @@ std::string completion_body(const ResponseHead& h, const std::string& text, cons
                             const UsageInfo& u, const ServedInfo& s, const LogprobsInfo* logprobs = nullptr);
 
 // One streamed chunk's JSON. For chat, `first` adds the assistant role to the delta;
-// finish_reason "" is null.
+// finish_reason "" is null; `service_tier` is OpenAI's value of the serving tier. With
+// `usage_null` (stream_options.include_usage) the chunk carries "usage": null, as OpenAI's
+// do until the usage chunk.
 std::string chunk_json(const ResponseHead& h, const std::string& text, bool first, const std::string& finish_reason,
-                       const std::string& tier_served, const LogprobsInfo* logprobs = nullptr);
+                       const std::string& service_tier, const LogprobsInfo* logprobs = nullptr, bool usage_null = false);
 // The usage chunk (choices empty) sent before [DONE] with stream_options.include_usage;
 // it also carries the tierserve object.
 std::string usage_chunk_json(const ResponseHead& h, const UsageInfo& u, const ServedInfo& s);

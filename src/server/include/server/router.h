@@ -12,6 +12,9 @@ namespace ts::server {
 class Router {
  public:
   void add(std::string method, std::string path, Handler h);
+  // Paths that start with `prefix` and go on (e.g. "/v1/models/" for /v1/models/{id});
+  // tried after the exact paths.
+  void add_prefix(std::string method, std::string prefix, Handler h);
   // Calls the matching handler, or answers 404/405 itself.
   void dispatch(const HttpRequest& req, std::shared_ptr<Responder> out) const;
   bool has_path(const std::string& path) const;
@@ -20,7 +23,11 @@ class Router {
   struct Route {
     std::string method, path;
     Handler handler;
+    bool prefix = false;
   };
+  bool matches(const Route& r, const std::string& path) const {
+    return r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0 : path == r.path;
+  }
   std::vector<Route> routes_;
 };
 

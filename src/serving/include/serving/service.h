@@ -57,6 +57,9 @@ struct ServiceOptions {
   // waits at admission.
   sched::StepCost step_cost;
   bool calibrate = true;
+  // A request not started yet gets a kWaiting update this often (streams keep a proxy's
+  // idle timeout from cutting them: the server writes an SSE comment). 0: never.
+  int64_t wait_notice_ms = 10000;
 };
 
 struct GenerateRequest {
@@ -110,6 +113,7 @@ struct Update {
     kAdmitted,     // first update: accepted (maybe on another tier) or rejected (final)
     kTierChanged,  // promoted or downgraded while queued
     kPreempted,    // KV freed for a higher tier; resumes later (latency only)
+    kWaiting,      // still queued: every ServiceOptions::wait_notice_ms until it starts
     kDelta,        // new text (UTF-8 complete, stop strings held back) and token count
     kDone,         // final: finish_reason "stop" (EOS or stop string) or "length"
     kFailed,       // final: accepted but ended with an error (reason says why):
@@ -152,6 +156,7 @@ struct Stats {
   int64_t n_drafted = 0;            // speculative draft tokens verified
   int64_t n_draft_accepted = 0;     // of which accepted (each saved a step)
   int64_t n_engine_seqs = 0;        // sequences the engine holds (active ones only)
+  int64_t n_running = 0;            // requests holding KV (the rest of n_active waits)
   int64_t n_forced_exclusive = 0;   // steps a promoted fast request took past the window's limits
   engine::KvStats kv;               // as of the loop's last iteration
   sched::StepCost step_cost;        // the current model (calibration x step_cost_scale)
