@@ -4,6 +4,8 @@
 #include <random>
 
 #include "core/log.h"
+#include "server/api_error.h"
+#include "server/router.h"
 
 namespace ts::server {
 
@@ -109,6 +111,33 @@ void AccessLogResponder::write_line() {
   if (r.preemptions >= 0) f.emplace_back("preemptions", r.preemptions);
   f.emplace_back("client", r.client);
   log_record(LogLevel::kInfo, "access", f);
+}
+
+OpenedExchange open_exchange(const HttpRequest& req, std::shared_ptr<Responder> raw, const KeyTable& keys, const Clock& clock,
+                             bool log_access) {
+  const bool open_route = req.path == "/health" || req.path == "/health/live" || req.path == "/health/ready";
+  auto rec = std::make_shared<AccessRecord>();
+  rec->request_id = request_id_for(req.header("x-request-id"));
+  rec->trace_id = trace_id_of(req.header("traceparent"));
+  rec->route = req.method + " " + req.path;
+  rec->client = req.peer;
+  const bool logged = log_access && !open_route && req.path != "/metrics";
+  OpenedExchange x;
+  x.rec = rec.get();
+  x.out = std::make_shared<AccessLogResponder>(std::move(raw), rec, clock, logged);
+  if (!keys.enabled() || open_route) return x;
+  const std::string_view auth = req.header("authorization");
+  if (auth.empty()) {
+    x.out->respond(error_response(unauthorized("missing API key: send the header 'Authorization: Bearer KEY'")));
+    return {};
+  }
+  x.key = keys.authenticate(auth);
+  if (!x.key) {
+    x.out->respond(error_response(unauthorized("invalid API key")));
+    return {};
+  }
+  rec->key_name = x.key->config().name;
+  return x;
 }
 
 }  // namespace ts::server

@@ -80,29 +80,9 @@ App::App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry,
 }
 
 void App::handle(const HttpRequest& req, std::shared_ptr<Responder> raw, Listener l) const {
-  const bool open_route = req.path == "/health" || req.path == "/health/live" || req.path == "/health/ready";
-  // Request id and trace id; the access-log line (not for probes and scrapes).
-  auto rec = std::make_shared<AccessRecord>();
-  rec->request_id = request_id_for(req.header("x-request-id"));
-  rec->trace_id = trace_id_of(req.header("traceparent"));
-  rec->route = req.method + " " + req.path;
-  rec->client = req.peer;
-  const bool logged = cfg_.log.access && !open_route && req.path != "/metrics";
-  std::shared_ptr<Responder> out = std::make_shared<AccessLogResponder>(std::move(raw), rec, clock_, logged);
-  if (keys_.enabled() && !open_route) {
-    const std::string_view auth = req.header("authorization");
-    if (auth.empty()) {
-      out->respond(error_response(unauthorized("missing API key: send the header 'Authorization: Bearer KEY'")));
-      return;
-    }
-    const KeyState* k = keys_.authenticate(auth);
-    if (!k) {
-      out->respond(error_response(unauthorized("invalid API key")));
-      return;
-    }
-    rec->key_name = k->config().name;
-  }
-  (l == Listener::kMain ? main_ : admin_).dispatch(req, std::move(out));
+  OpenedExchange x = open_exchange(req, std::move(raw), keys_, clock_, cfg_.log.access);
+  if (!x.out) return;  // 401 sent
+  (l == Listener::kMain ? main_ : admin_).dispatch(req, std::move(x.out));
 }
 
 std::optional<std::string> App::resolve_tier(const std::string& service_tier) const {
@@ -179,6 +159,17 @@ void App::model(const HttpRequest& req, std::shared_ptr<Responder> out) const {
   out->respond(std::move(r));
 }
 
+std::vector<tok::ChatMessage> App::with_system_prompt(const std::vector<tok::ChatMessage>& messages) const {
+  if (cfg_.model.system_prompt.empty()) return messages;
+  for (const auto& m : messages)
+    if (m.role == "system") return messages;
+  std::vector<tok::ChatMessage> out;
+  out.reserve(messages.size() + 1);
+  out.push_back({"system", cfg_.model.system_prompt});
+  out.insert(out.end(), messages.begin(), messages.end());
+  return out;
+}
+
 // The body of /tokenize and /detokenize: a JSON object whose optional "model" is one of
 // the model's names. Anything else is answered here (400, or 404 model_not_found).
 std::optional<nlohmann::json> App::utility_body(const HttpRequest& req, const std::shared_ptr<Responder>& out) const {
@@ -220,7 +211,7 @@ void App::tokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const
       out->respond(error_response(*e));
       return;
     }
-    auto t = backend_.tokenize_chat(cr.messages, j.value("add_generation_prompt", true));
+    auto t = backend_.tokenize_chat(with_system_prompt(cr.messages), j.value("add_generation_prompt", true));
     if (!t.is_ok()) {
       out->respond(error_response(bad_request(t.status().message(), "messages", "invalid_value")));
       return;

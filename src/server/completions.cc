@@ -324,7 +324,7 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   // Tokenize here, on the HTTP thread (the engine loop only decodes).
   std::vector<int32_t> prompt;
   if (ep == Endpoint::kChat) {
-    auto t = backend_.tokenize_chat(r.messages);
+    auto t = backend_.tokenize_chat(with_system_prompt(r.messages));
     if (!t.is_ok()) {
       out->respond(error_response(bad_request(t.status().message(), "messages", "invalid_value")));
       return;

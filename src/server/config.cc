@@ -2,6 +2,8 @@
 // try block, and type errors are reported with the path of the offending key.
 #include "server/config.h"
 
+#include "server/yaml_read.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -14,85 +16,7 @@
 namespace ts::server {
 namespace {
 
-// A parse error with the key's path, thrown inside the parser and turned into a Status.
-struct ConfigParseError {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string& path, const std::string& msg) { throw ConfigParseError{path + ": " + msg}; }
-
-std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-
-void check_keys(const YAML::Node& n, const std::string& path, std::initializer_list<const char*> allowed) {
-  if (!n.IsMap()) fail(path.empty() ? "(top level)" : path, "expected a mapping");
-  for (const auto& kv : n) {
-    const std::string k = kv.first.as<std::string>();
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || k == a;
-    if (!ok) {
-      std::string list;
-      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-      fail(join(path, k), "unknown key (expected one of: " + list + ")");
-    }
-  }
-}
-
-std::string scalar(const YAML::Node& n, const std::string& path) {
-  if (!n.IsScalar()) fail(path, "expected a scalar value");
-  return n.Scalar();
-}
-
-int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
-  const std::string s = scalar(n, path);
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used, 0);
-  } catch (...) {
-    fail(path, "expected an integer, got '" + s + "'");
-  }
-  if (used != s.size()) fail(path, "expected an integer, got '" + s + "'");
-  if (v < lo || v > hi) fail(path, std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return v;
-}
-
-double get_double(const YAML::Node& n, const std::string& path) {
-  const std::string s = scalar(n, path);
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    fail(path, "expected a number, got '" + s + "'");
-  }
-  if (used != s.size() || !std::isfinite(v)) fail(path, "expected a finite number, got '" + s + "'");
-  return v;
-}
-
-bool get_bool(const YAML::Node& n, const std::string& path) {
-  const std::string s = scalar(n, path);
-  if (s == "true" || s == "on" || s == "yes") return true;
-  if (s == "false" || s == "off" || s == "no") return false;
-  fail(path, "expected true or false, got '" + s + "'");
-}
-
-std::string get_str(const YAML::Node& n, const std::string& path) { return scalar(n, path); }
-
-std::vector<std::string> get_str_list(const YAML::Node& n, const std::string& path) {
-  if (!n.IsSequence()) fail(path, "expected a list");
-  std::vector<std::string> v;
-  for (size_t i = 0; i < n.size(); ++i) v.push_back(scalar(n[i], path + "[" + std::to_string(i) + "]"));
-  return v;
-}
-
-constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
-constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
-
-void parse_listen(const YAML::Node& n, const std::string& path, ListenConfig& l, int64_t min_port) {
-  check_keys(n, path, {"host", "port"});
-  if (n["host"]) l.host = get_str(n["host"], path + ".host");
-  if (n["port"]) l.port = int32_t(get_int(n["port"], path + ".port", min_port, 65535));
-}
+using namespace yaml;
 
 // An integer, or "auto" (a value derived at start), given as `auto_value`.
 int64_t get_int_or_auto(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi, int64_t auto_value) {
@@ -166,20 +90,6 @@ sched::TierConfig parse_tier(const YAML::Node& n, const std::string& path, int32
   return t;
 }
 
-KeyConfig parse_key(const YAML::Node& n, const std::string& path) {
-  check_keys(n, path, {"name", "sha256", "tiers", "default_tier", "requests_per_min", "tokens_per_min", "max_concurrent"});
-  KeyConfig k;
-  if (n["name"]) k.name = get_str(n["name"], path + ".name");
-  if (!n["sha256"]) fail(path, "a key needs sha256 (the hash of the key: tierserve serve --hash-key KEY)");
-  k.sha256 = get_str(n["sha256"], path + ".sha256");
-  if (n["tiers"]) k.tiers = get_str_list(n["tiers"], path + ".tiers");
-  if (n["default_tier"]) k.default_tier = get_str(n["default_tier"], path + ".default_tier");
-  if (n["requests_per_min"]) k.requests_per_min = get_int(n["requests_per_min"], path + ".requests_per_min", 0, kI64 / 2);
-  if (n["tokens_per_min"]) k.tokens_per_min = get_int(n["tokens_per_min"], path + ".tokens_per_min", 0, kI64 / 2);
-  if (n["max_concurrent"]) k.max_concurrent = int32_t(get_int(n["max_concurrent"], path + ".max_concurrent", 0, kI32));
-  return k;
-}
-
 }  // namespace
 
 sched::SchedConfig server_default_sched() {
@@ -211,10 +121,10 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node m = root["model"]) {
-    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name"});
+    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name", "system_prompt"});
+    if (m["system_prompt"]) c.model.system_prompt = get_str(m["system_prompt"], "model.system_prompt");
     if (const YAML::Node n = m["served_name"]) {
-      c.model.served_names = n.IsSequence() ? get_str_list(n, "model.served_name")
-                                            : std::vector<std::string>{get_str(n, "model.served_name")};
+      c.model.served_names = get_str_or_list(n, "model.served_name");
       for (const auto& name : c.model.served_names)
         if (name.empty()) fail("model.served_name", "a name is empty");
     }
@@ -580,6 +490,7 @@ std::string to_yaml(const ServerConfig& c) {
     for (const auto& n : c.model.served_names) out << n;
     out << YAML::EndSeq;
   }
+  if (!c.model.system_prompt.empty()) out << YAML::Key << "system_prompt" << YAML::Value << c.model.system_prompt;
   out << YAML::EndMap;
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_bytes" << YAML::Value
       << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key

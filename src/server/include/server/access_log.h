@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/clock.h"
+#include "server/auth.h"
 #include "server/http_types.h"
 
 namespace ts::server {
@@ -55,5 +56,17 @@ class AccessLogResponder final : public Responder {
   std::atomic<bool> written_{false};
   std::mutex mu_;  // status and error code are set from the thread that ends the response
 };
+
+// The start of every request's handling, in `serve` and in `gateway`: its request and
+// trace ids, the access-log wrapper (health probes and /metrics are not logged), and the
+// API key when keys are configured. A missing or unknown key is answered 401 here (then
+// `out` is null); health routes need none.
+struct OpenedExchange {
+  std::shared_ptr<Responder> out;
+  KeyState* key = nullptr;
+  AccessRecord* rec = nullptr;
+};
+OpenedExchange open_exchange(const HttpRequest& req, std::shared_ptr<Responder> raw, const KeyTable& keys, const Clock& clock,
+                             bool log_access);
 
 }  // namespace ts::server

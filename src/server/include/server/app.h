@@ -75,6 +75,8 @@ class App {
   void completions(const HttpRequest& req, std::shared_ptr<Responder> out, Endpoint ep) const;
   void models(std::shared_ptr<Responder> out) const;
   void model(const HttpRequest& req, std::shared_ptr<Responder> out) const;
+  // The messages with model.system_prompt in front when they have no system message.
+  std::vector<tok::ChatMessage> with_system_prompt(const std::vector<tok::ChatMessage>& messages) const;
   std::optional<nlohmann::json> utility_body(const HttpRequest& req, const std::shared_ptr<Responder>& out) const;
   void tokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const;
   void detokenize(const HttpRequest& req, std::shared_ptr<Responder> out) const;

@@ -99,6 +99,10 @@ struct ModelConfig {
   // The model's names in requests ("model") and responses; the first is the primary. Empty:
   // the file name without ".gguf". YAML: a string or a list.
   std::vector<std::string> served_names;
+  // A system message put in front of chat requests that bring none ("": none, so the chat
+  // template's own default applies, when it has one). Small chat models often answer
+  // better with a plain one than with their template's default.
+  std::string system_prompt;
 };
 
 struct MetricsConfig {
