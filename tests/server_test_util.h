@@ -44,15 +44,20 @@ class ServerProcess {
 
   // Writes `config_yaml` and runs `tierserve serve -c CONFIG --port 0 --port-file F args...`.
   bool start(const std::string& bin, const std::string& config_yaml, const std::vector<std::string>& args) {
+    return start_command(bin, "serve", config_yaml, args);
+  }
+  // The same for another subcommand that takes -c, --port and --port-file (gateway).
+  bool start_command(const std::string& bin, const std::string& command, const std::string& config_yaml,
+                     const std::vector<std::string>& args, int timeout_s = 60) {
     const std::string cfg = dir_ + "/" + name_ + ".yaml", port_file = dir_ + "/" + name_ + ".port";
     std::ofstream(cfg) << config_yaml;
     ::unlink(port_file.c_str());
-    std::vector<std::string> argv_s = {bin, "serve", "-c", cfg, "--port", "0", "--port-file", port_file};
+    std::vector<std::string> argv_s = {bin, command, "-c", cfg, "--port", "0", "--port-file", port_file};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     out_ = dir_ + "/" + name_ + ".stdout";
     err_ = dir_ + "/" + name_ + ".stderr";
     pid_ = testing_proc::spawn(argv_s, out_, err_);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {
       const std::string p = slurp(port_file);
       if (!p.empty() && p.back() == '\n') {
@@ -62,6 +67,7 @@ class ServerProcess {
       int st = 0;
       if (::waitpid(pid_, &st, WNOHANG) == pid_) {
         pid_ = -1;
+        exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -90,6 +96,8 @@ class ServerProcess {
   }
 
   int port() const { return port_; }
+  // The exit status of a process that exited while start() waited for it (-1: none).
+  int exit_code() const { return exit_code_; }
   std::string stdout_text() const { return slurp(out_); }
   std::string stderr_text() const { return slurp(err_); }
 
@@ -97,6 +105,7 @@ class ServerProcess {
   std::string dir_, name_, out_, err_;
   pid_t pid_ = -1;
   int port_ = 0;
+  int exit_code_ = -1;
 };
 
 struct HttpResult {

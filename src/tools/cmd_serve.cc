@@ -38,6 +38,7 @@
 #include "models/register.h"
 #include "server/app.h"
 #include "server/config.h"
+#include "service_util.h"
 #include "server/http_server.h"
 #include "server/service_backend.h"
 #include "server/sha256.h"
@@ -63,37 +64,6 @@ std::string model_id_of(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
   return name;
-}
-
-// systemd's readiness protocol (sd_notify(3)) without libsystemd: one datagram to the unix
-// socket named by $NOTIFY_SOCKET (a path, or an abstract name starting with '@'). Nothing
-// when the variable is unset (not run by systemd with Type=notify).
-void sd_notify_state(const std::string& state) {
-  const char* path = std::getenv("NOTIFY_SOCKET");
-  if (!path || !*path) return;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const size_t n = std::strlen(path);
-  if (n >= sizeof addr.sun_path) return;
-  std::memcpy(addr.sun_path, path, n);
-  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  const socklen_t len = socklen_t(offsetof(sockaddr_un, sun_path) + n);
-  if (::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr), len) < 0)
-    TS_LOG_WARN("tierserve serve: sd_notify to %s failed", path);
-  ::close(fd);
-}
-
-bool write_port_file(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) return false;
-    out << port << "\n";
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 struct Overrides {

@@ -15,5 +15,7 @@ int cmd_batched_bench(int argc, char** argv);
 int cmd_build(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_gateway(int argc, char** argv);
+int cmd_route_train(int argc, char** argv);
 
 }  // namespace ts::tools

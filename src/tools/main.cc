@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"build", ts::tools::cmd_build, "pack a model's weights for this machine's kernels into a plan file"},
     {"serve", ts::tools::cmd_serve, "OpenAI-compatible HTTP server with service tiers"},
     {"bench", ts::tools::cmd_bench, "load-test an OpenAI-compatible server: percentiles, SLOs, knee, cost"},
+    {"gateway", ts::tools::cmd_gateway, "one tier-aware OpenAI endpoint in front of many workers and models"},
+    {"route-train", ts::tools::cmd_route_train, "train the gateway router's classifier from a labelled JSONL"},
 };
 
 void usage(FILE* out) {

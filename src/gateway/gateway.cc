@@ -1,0 +1,1020 @@
+#include "gateway/gateway.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "gguf/gguf.h"
+#include "metrics/process.h"
+#include "metrics/prometheus.h"
+#include "server/access_log.h"
+#include "server/api_error.h"
+#include "server/openai_response.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ts::gateway {
+
+using nlohmann::json;
+using server::ApiError;
+using server::HttpRequest;
+using server::HttpResponse;
+using server::Responder;
+
+// ---------------------------------------------------------------------------------------
+// Metrics
+
+namespace {
+
+enum M : size_t {
+  kRequests,
+  kRouteDecisions,
+  kDegradations,
+  kPlacements,
+  kRetries,
+  kWorkerErrors,
+  kWorkerUp,
+  kWorkerInflight,
+  kWorkerRestarts,
+  kQueueDepth,
+  kQueueDepthTotal,
+  kQueueSeconds,
+  kTtftSeconds,
+  kCount
+};
+
+std::vector<double> latency_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+}  // namespace
+
+std::vector<metrics::MetricDef> gateway_metric_defs() {
+  using T = metrics::MetricType;
+  std::vector<metrics::MetricDef> d(kCount);
+  d[kRequests] = {"tierserve_gateway_requests_total", "Requests that ended, by tier requested, model served and outcome.",
+                  T::kCounter, {"tier", "model", "outcome"}, {}};
+  d[kRouteDecisions] = {"tierserve_route_decisions_total", "Requests to the router's model, by the model it chose and why.",
+                        T::kCounter, {"router", "target", "reason"}, {}};
+  d[kDegradations] = {"tierserve_gateway_degradations_total", "Requests served other than asked, by reason.", T::kCounter,
+                      {"tier_requested", "tier_served", "reason"}, {}};
+  d[kPlacements] = {"tierserve_gateway_placements_total", "Requests placed on a worker, by tier, pool and how (own, fallback, borrowed).",
+                    T::kCounter, {"tier", "pool", "how"}, {}};
+  d[kRetries] = {"tierserve_gateway_retries_total", "Requests placed again after their worker failed before any byte.",
+                 T::kCounter, {"worker"}, {}};
+  d[kWorkerErrors] = {"tierserve_gateway_worker_errors_total", "Calls to a worker that failed, by kind.", T::kCounter,
+                      {"worker", "kind"}, {}};
+  d[kWorkerUp] = {"tierserve_gateway_worker_up", "1 while the worker passes its health checks.", T::kGauge, {"worker"}, {}};
+  d[kWorkerInflight] = {"tierserve_gateway_worker_inflight", "Requests the gateway has on the worker.", T::kGauge, {"worker"}, {}};
+  d[kWorkerRestarts] = {"tierserve_gateway_worker_restarts_total", "Local worker processes restarted after they exited.",
+                        T::kCounter, {"worker"}, {}};
+  d[kQueueDepth] = {"tierserve_gateway_queue_depth", "Requests waiting in the gateway for a worker, by tier.", T::kGauge,
+                    {"tier"}, {}};
+  d[kQueueDepthTotal] = {"tierserve_gateway_num_requests_waiting", "Requests waiting in the gateway for a worker.", T::kGauge,
+                         {}, {}};
+  d[kQueueSeconds] = {"tierserve_gateway_queue_seconds", "Time from arrival to placement on a worker.", T::kHistogram,
+                      {"tier"}, latency_buckets()};
+  d[kTtftSeconds] = {"tierserve_gateway_first_byte_seconds", "Time from arrival to the worker's first body byte.",
+                     T::kHistogram, {"tier"}, latency_buckets()};
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------
+// One proxied request.
+
+struct Gateway::Exchange {
+  Gateway* g = nullptr;
+  std::shared_ptr<Responder> out;
+  server::AccessRecord* rec = nullptr;
+  server::KeyState* key = nullptr;
+  std::mutex mu;
+
+  // The request.
+  json body;
+  bool stream = false, chat = true;
+  std::string path;  // upstream path
+  std::string request_id, traceparent;
+  int tier_requested = 0, tier = 0;
+  int model = 0, fallback_model = -1;
+  std::string route;        // x-tierserve-route ("" unless the router chose)
+  std::string degraded_reason;
+  int64_t charged_tokens = 0, max_tokens = 0, prompt_tokens = 0;
+  int64_t arrived_ns = 0;
+
+  // Its state.
+  uint64_t ticket = 0;
+  bool queued = false;      // a ticket waits in the fleet
+  bool placed = false;      // an attempt is under way
+  Placement pl;
+  std::shared_ptr<UpstreamCall> call;
+  int attempts = 0;
+  bool aborted = false;     // the gateway ended the call (worker unreachable)
+  bool client_gone = false;
+  bool client_started = false;  // stream headers sent
+  bool ended = false;
+  int64_t body_bytes = 0;   // of the worker's response, forwarded
+  int status = 0;
+  server::Headers up_headers;
+  std::string buffered;     // non-stream or error bodies
+  int64_t last_notice_ns = 0;
+  int64_t first_byte_ns = 0;
+  int64_t completion_tokens = -1, content_chunks = 0;
+  std::string sse_tail;     // an incomplete SSE event (peeked for usage; rewritten when needed)
+  bool rewrite_model = false;
+};
+
+namespace {
+
+bool hop_by_hop(const std::string& n) {
+  return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" || n == "date" ||
+         n == "server" || n == "content-type" || n == "x-request-id" || n == "x-tierserve-tier-requested" ||
+         n == "x-accel-buffering" || n == "cache-control";
+}
+
+std::string header_of(const server::Headers& h, const std::string& name) {
+  for (const auto& [k, v] : h)
+    if (k == name) return v;
+  return "";
+}
+
+// The text the router looks at: the messages' contents, or the prompt.
+std::string prompt_text(const json& body, bool chat) {
+  std::string t;
+  if (chat) {
+    const auto it = body.find("messages");
+    if (it == body.end() || !it->is_array()) return t;
+    for (const auto& m : *it) {
+      if (!m.is_object()) continue;
+      const auto c = m.find("content");
+      if (c == m.end()) continue;
+      if (c->is_string()) {
+        t += c->get<std::string>();
+        t += '\n';
+      } else if (c->is_array()) {
+        for (const auto& part : *c)
+          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
+            t += part["text"].get<std::string>();
+            t += '\n';
+          }
+      }
+    }
+    return t;
+  }
+  const auto p = body.find("prompt");
+  if (p == body.end()) return t;
+  if (p->is_string()) return p->get<std::string>();
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) return (*p)[0].get<std::string>();
+  return t;
+}
+
+ApiError refusal_error(Refusal r, const std::string& message) {
+  ApiError e = server::server_error(refusal_status(r), message, std::string(refusal_code(r)));
+  if (e.status == 429 || e.status == 503) e.retry_after_ms = 1000;
+  return e;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+Gateway::Gateway(const GatewayConfig& cfg, const Clock& clock) : cfg_(cfg), clock_(clock), keys_(cfg.keys, clock) {}
+
+Gateway::~Gateway() {
+  stop_ = true;
+  if (ticker_.joinable()) ticker_.join();
+  if (workers_) workers_->stop(0);
+  if (http_) http_->stop();
+  work_.reset();
+  io_.stop();
+  for (auto& t : io_threads_)
+    if (t.joinable()) t.join();
+}
+
+Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::string serve_binary, std::string work_dir,
+                                                 const Clock& clock) {
+  if (Status st = validate(cfg); !st.is_ok()) return st;
+  std::unique_ptr<Gateway> g(new Gateway(cfg, clock));
+  g->serve_binary_ = std::move(serve_binary);
+  g->work_dir_ = std::move(work_dir);
+  auto reg = metrics::Registry::create(gateway_metric_defs());
+  if (!reg.is_ok()) return reg.status();
+  g->registry_ = std::move(reg).value();
+  g->models_ = cfg.models();
+  // Pools: those the tiers name, then any other a worker is in.
+  std::vector<std::string> pools;
+  auto pool_id = [&](const std::string& p) {
+    auto it = std::find(pools.begin(), pools.end(), p);
+    if (it != pools.end()) return int(it - pools.begin());
+    pools.push_back(p);
+    return int(pools.size() - 1);
+  };
+  std::vector<FleetTier> tiers;
+  for (const TierConfig& t : cfg.tiers) {
+    FleetTier ft;
+    ft.name = t.name;
+    for (const auto& p : t.pools) ft.pools.push_back(pool_id(p));
+    for (const auto& p : t.borrow) ft.borrow.push_back(pool_id(p));
+    ft.share_min = t.share_min;
+    ft.share_max = t.share_max;
+    ft.max_wait_ns = t.max_queue_wait_ms * 1000000;
+    ft.on_timeout = t.on_timeout;
+    ft.downgrade_to = t.on_timeout == OnTimeout::kDowngrade ? cfg.tier_index(t.downgrade_to) : -1;
+    ft.max_queued = t.max_queued_requests;
+    tiers.push_back(std::move(ft));
+  }
+  std::vector<FleetWorker> workers;
+  for (const WorkerConfig& w : cfg.workers) {
+    FleetWorker fw;
+    fw.name = w.name;
+    fw.pool = pool_id(w.pool);
+    fw.model = int(std::find(g->models_.begin(), g->models_.end(), w.model) - g->models_.begin());
+    fw.honours_priority = w.honours_priority();
+    fw.max_inflight = w.max_inflight;
+    workers.push_back(std::move(fw));
+  }
+  g->fleet_ = std::make_unique<Fleet>(pools, std::move(tiers), std::move(workers), int(g->models_.size()), clock);
+  auto router = Router::create(cfg.router, g->models_.front());
+  if (!router.is_ok()) return router.status();
+  g->router_ = std::move(router).value();
+  // A tokenizer for the prompt-token rules: the first local worker's model's vocabulary.
+  for (const WorkerConfig& w : cfg.workers) {
+    if (w.kind != WorkerKind::kLocal) continue;
+    auto f = gguf::File::open(w.path);
+    if (!f.is_ok()) return invalid_argument("worker " + w.name + ": " + f.status().message());
+    auto t = tok::Tokenizer::from_gguf(**f);
+    if (t.is_ok()) g->tokenizer_ = std::move(t).value();
+    break;
+  }
+  g->workers_ = std::make_unique<WorkerSet>(g->cfg_, g->io_, *g->fleet_, g->serve_binary_, g->work_dir_);
+  Gateway* raw = g.get();
+  g->workers_->on_unreachable = [raw](int w) { raw->abort_calls_on(w); };
+  g->workers_->on_health = [raw](int w, bool up) {
+    raw->registry_->gauge(kWorkerUp, {raw->cfg_.workers[size_t(w)].name})->set(up ? 1 : 0);
+  };
+  g->workers_->on_restart = [raw](int w) { raw->registry_->counter(kWorkerRestarts, {raw->cfg_.workers[size_t(w)].name})->inc(); };
+  for (const WorkerConfig& w : cfg.workers) g->registry_->gauge(kWorkerUp, {w.name})->set(0);
+  // Routes.
+  using H = std::shared_ptr<Responder>;
+  auto& r = g->routes_;
+  r.add("POST", "/v1/chat/completions", [raw](const HttpRequest& q, H o) { raw->completions(q, std::move(o), true); });
+  r.add("POST", "/v1/completions", [raw](const HttpRequest& q, H o) { raw->completions(q, std::move(o), false); });
+  r.add("GET", "/v1/models", [raw](const HttpRequest&, H o) { raw->models(std::move(o)); });
+  r.add_prefix("GET", "/v1/models/", [raw](const HttpRequest& q, H o) { raw->model(q, std::move(o)); });
+  for (auto* rt : {&g->routes_, &g->admin_routes_}) {
+    rt->add("GET", "/health", [raw](const HttpRequest&, H o) { raw->health(std::move(o), true); });
+    rt->add("GET", "/health/live", [raw](const HttpRequest&, H o) { raw->health(std::move(o), false); });
+    rt->add("GET", "/health/ready", [raw](const HttpRequest&, H o) { raw->health(std::move(o), true); });
+  }
+  auto& admin = cfg.admin.port >= 0 ? g->admin_routes_ : g->routes_;
+  admin.add("GET", "/metrics", [raw](const HttpRequest&, H o) { raw->metrics_text(std::move(o)); });
+  admin.add("GET", "/admin/stats", [raw](const HttpRequest&, H o) { raw->stats(std::move(o)); });
+  return g;
+}
+
+Status Gateway::start() {
+  server::HttpServerOptions o;
+  o.max_header_bytes = cfg_.limits.max_header_bytes;
+  o.max_body_bytes = cfg_.limits.max_body_bytes;
+  o.idle_timeout_ms = cfg_.http.idle_timeout_ms;
+  o.read_timeout_ms = cfg_.http.read_timeout_ms;
+  o.write_timeout_ms = cfg_.http.write_timeout_ms;
+  o.max_connections = cfg_.http.max_connections;
+  http_ = std::make_unique<server::HttpServer>(o);
+  auto p = http_->listen(cfg_.listen.host, cfg_.listen.port, [this](const HttpRequest& q, std::shared_ptr<Responder> out) {
+    dispatch(q, std::move(out));
+  });
+  if (!p.is_ok()) return p.status();
+  port_ = *p;
+  if (cfg_.admin.port >= 0) {
+    auto a = http_->listen(
+        cfg_.admin.host, cfg_.admin.port,
+        [this](const HttpRequest& q, std::shared_ptr<Responder> out) {
+          server::OpenedExchange x = server::open_exchange(q, std::move(out), keys_, clock_, false);
+          if (x.out) admin_routes_.dispatch(q, std::move(x.out));
+        },
+        false);
+    if (!a.is_ok()) return a.status();
+    admin_port_ = *a;
+  }
+  work_ = std::make_unique<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(io_.get_executor());
+  for (int i = 0; i < 2; ++i) io_threads_.emplace_back([this] { io_.run(); });
+  if (Status st = workers_->start(); !st.is_ok()) return st;
+  ticker_ = std::thread([this] { ticker(); });
+  http_->start(cfg_.http.threads);
+  return Status::ok();
+}
+
+void Gateway::ticker() {
+  int64_t last_notice_scan = 0;
+  while (!stop_.load()) {
+    fleet_->tick();
+    const int64_t now = clock_.now_ns();
+    if (cfg_.http.queued_notice_ms > 0 && now - last_notice_scan > 100'000'000) {
+      last_notice_scan = now;
+      std::vector<std::shared_ptr<Exchange>> xs;
+      {
+        std::lock_guard<std::mutex> lk(live_mu_);
+        xs.assign(live_.begin(), live_.end());
+      }
+      const int64_t every = cfg_.http.queued_notice_ms * 1000000;
+      for (auto& x : xs) {
+        std::lock_guard<std::mutex> lk(x->mu);
+        if (!x->stream || !x->queued || x->ended || now - std::max(x->arrived_ns, x->last_notice_ns) < every) continue;
+        if (!x->client_started) {
+          HttpResponse h;
+          h.content_type = "text/event-stream";
+          h.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"},
+                       {"x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name}};
+          x->out->start_stream(std::move(h));
+          x->client_started = true;
+        }
+        x->out->send(server::sse_comment("queued"));
+        x->last_notice_ns = now;
+      }
+    }
+    const auto q = fleet_->queued_per_tier();
+    int64_t total = 0;
+    for (size_t t = 0; t < q.size(); ++t) {
+      registry_->gauge(kQueueDepth, {cfg_.tiers[t].name})->set(double(q[t]));
+      total += q[t];
+    }
+    registry_->gauge(kQueueDepthTotal)->set(double(total));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Gateway::drain_and_stop() {
+  draining_ = true;
+  if (http_) http_->stop_accepting();
+  const int64_t deadline = clock_.now_ns() + cfg_.drain_timeout_ms * 1000000;
+  for (;;) {
+    size_t n;
+    {
+      std::lock_guard<std::mutex> lk(live_mu_);
+      n = live_.size();
+    }
+    if (n == 0 || clock_.now_ns() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // What is left ends explicitly.
+  std::vector<std::shared_ptr<Exchange>> xs;
+  {
+    std::lock_guard<std::mutex> lk(live_mu_);
+    xs.assign(live_.begin(), live_.end());
+  }
+  for (auto& x : xs) {
+    std::shared_ptr<UpstreamCall> c;
+    {
+      std::lock_guard<std::mutex> lk(x->mu);
+      x->aborted = true;
+      x->attempts = 99;  // no retry now
+      c = x->call;
+      if (x->queued && fleet_->cancel(x->ticket)) x->queued = false;
+    }
+    if (c) c->cancel();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  workers_->stop(cfg_.drain_timeout_ms);
+  if (http_) {
+    for (int i = 0; i < 100 && http_->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http_->stop();
+  }
+}
+
+void Gateway::dispatch(const HttpRequest& req, std::shared_ptr<Responder> raw) {
+  server::OpenedExchange x = server::open_exchange(req, std::move(raw), keys_, clock_, cfg_.log.access);
+  if (!x.out) return;
+  if (draining_.load() && req.path.rfind("/health", 0) != 0) {
+    x.out->respond(server::error_response(server::server_error(503, "the gateway is shutting down", "draining")));
+    return;
+  }
+  routes_.dispatch(req, std::move(x.out));
+}
+
+int64_t Gateway::prompt_tokens(std::string_view text, bool* estimated) const {
+  if (tokenizer_) {
+    *estimated = false;
+    return int64_t(tokenizer_->encode(text, false, false).size());
+  }
+  *estimated = true;
+  return int64_t((text.size() + 3) / 4);  // about four bytes a token in English text
+}
+
+std::optional<std::string> Gateway::resolve_tier(const std::string& asked) const {
+  if (asked == "auto") return std::string();
+  for (const auto& t : cfg_.tiers)
+    if (t.name == asked) return t.name;
+  const std::string v = asked == "fast" ? "priority" : asked == "scale" ? "default" : asked;
+  if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end()) return it->second;
+  return std::nullopt;
+}
+
+int Gateway::tier_priority(const std::string& tier) const { return cfg_.tier_index(tier); }
+
+void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out, bool chat) {
+  auto x = std::make_shared<Exchange>();
+  x->g = this;
+  x->out = out;
+  x->rec = out->access_record();
+  x->chat = chat;
+  x->path = chat ? "/v1/chat/completions" : "/v1/completions";
+  x->arrived_ns = clock_.now_ns();
+  x->request_id = x->rec ? x->rec->request_id : "";
+  x->traceparent = std::string(req.header("traceparent"));
+  x->body = json::parse(req.body, nullptr, false);
+  auto bad = [&](const std::string& msg, const std::string& param, const std::string& code) {
+    out->respond(server::error_response(server::bad_request(msg, param, code)));
+  };
+  if (x->body.is_discarded() || !x->body.is_object()) return bad("the request body must be a JSON object", "", "invalid_json");
+  const json& b = x->body;
+  for (const char* f : {"model", "service_tier"})
+    if (b.contains(f) && !b[f].is_null() && !b[f].is_string()) return bad(std::string("'") + f + "' must be a string", f, "invalid_type");
+  if (b.contains("stream") && !b["stream"].is_null() && !b["stream"].is_boolean()) return bad("'stream' must be a boolean", "stream", "invalid_type");
+  x->stream = b.value("stream", false);
+  if (chat && (!b.contains("messages") || !b["messages"].is_array()))
+    return bad("'messages' must be an array", "messages", b.contains("messages") ? "invalid_type" : "missing_field");
+  if (!chat && !b.contains("prompt")) return bad("'prompt' is required", "prompt", "missing_field");
+  for (const char* f : {"max_tokens", "max_completion_tokens"})
+    if (b.contains(f) && !b[f].is_null()) {
+      if (!b[f].is_number_integer() || b[f].get<int64_t>() < 1) return bad(std::string("'") + f + "' must be a positive integer", f, "invalid_value");
+      x->max_tokens = b[f].get<int64_t>();
+    }
+
+  // Tier: as `serve` resolves it; the key's entitlement.
+  std::string requested;
+  if (b.contains("service_tier") && b["service_tier"].is_string()) {
+    auto t = resolve_tier(b["service_tier"].get<std::string>());
+    if (!t) return bad("unknown service_tier '" + b["service_tier"].get<std::string>() + "'", "service_tier", "invalid_value");
+    requested = *t;
+  }
+  server::KeyState* key = keys_.enabled() ? keys_.authenticate(req.header("authorization")) : nullptr;
+  if (requested.empty()) requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
+  std::string tier = requested;
+  if (key && !key->allows_tier(requested)) {
+    if (cfg_.on_unentitled == server::OnUnentitled::kReject) {
+      ApiError e;
+      e.status = 403;
+      e.type = "permission_error";
+      e.code = "tier_not_entitled";
+      e.param = "service_tier";
+      e.message = "this API key may not use tier '" + requested + "'";
+      out->respond(server::error_response(e));
+      return;
+    }
+    std::string below, any;
+    int below_p = 1 << 30, any_p = 1 << 30;
+    for (const auto& t : key->config().tiers) {
+      const int p = tier_priority(t);
+      if (p >= tier_priority(requested) && p < below_p) below = t, below_p = p;
+      if (p < any_p) any = t, any_p = p;
+    }
+    tier = !below.empty() ? below : !key->config().default_tier.empty() ? key->config().default_tier : any;
+    x->degraded_reason = "not_entitled";
+    registry_->counter(kDegradations, {requested, tier, "not_entitled"})->inc();
+  }
+  x->tier_requested = cfg_.tier_index(requested);
+  x->tier = cfg_.tier_index(tier);
+  if (x->rec) {
+    x->rec->tier_requested = requested;
+  }
+
+  // Model: by name, or the router's choice.
+  const std::string text = prompt_text(b, chat);
+  bool estimated = false;
+  x->prompt_tokens = prompt_tokens(text, &estimated);
+  const std::string asked = b.contains("model") && b["model"].is_string() ? b["model"].get<std::string>() : cfg_.router.name;
+  if (x->rec) x->rec->model = asked;
+  std::string target;
+  if (asked == cfg_.router.name) {
+    RouteInput in;
+    in.text = text;
+    in.prompt_tokens = x->prompt_tokens;
+    in.chat = chat;
+    in.tier = tier;
+    const RouteDecision d = router_->decide(in);
+    target = d.target;
+    x->route = d.route + (estimated ? ";tokens=estimated" : "");
+    registry_->counter(kRouteDecisions, {cfg_.router.name, d.target, d.by})->inc();
+    if (cfg_.router.fallback_when_saturated)
+      if (auto f = cfg_.router.fallback.find(target); f != cfg_.router.fallback.end())
+        x->fallback_model = int(std::find(models_.begin(), models_.end(), f->second) - models_.begin());
+  } else {
+    if (std::find(models_.begin(), models_.end(), asked) == models_.end()) {
+      out->respond(server::error_response(server::model_not_found(asked)));
+      return;
+    }
+    target = asked;
+  }
+  x->model = int(std::find(models_.begin(), models_.end(), target) - models_.begin());
+
+  // The key's limits, once, here: prompt + max_tokens (the default when absent) charged.
+  if (key) {
+    x->charged_tokens = x->prompt_tokens + (x->max_tokens > 0 ? x->max_tokens : cfg_.limits.default_max_tokens);
+    server::Admission a = key->admit(x->charged_tokens);
+    if (a.verdict != server::LimitVerdict::kOk) {
+      ApiError e = server::server_error(429, a.message,
+                                        a.verdict == server::LimitVerdict::kConcurrent ? "concurrency_limit_exceeded" : "rate_limit_exceeded");
+      e.type = "rate_limit_error";
+      e.retry_after_ms = std::max<int64_t>(a.retry_after_ms, 1000);
+      out->respond(server::error_response(e));
+      return;
+    }
+    x->key = key;
+  }
+  {
+    std::lock_guard<std::mutex> lk(live_mu_);
+    live_.insert(x);
+  }
+  std::weak_ptr<Exchange> weak = x;
+  out->on_disconnect([this, weak] {
+    auto x = weak.lock();
+    if (!x) return;
+    std::shared_ptr<UpstreamCall> c;
+    bool cancelled_queued = false;
+    {
+      std::lock_guard<std::mutex> lk(x->mu);
+      if (x->ended) return;
+      x->client_gone = true;
+      if (x->queued && fleet_->cancel(x->ticket)) {
+        x->queued = false;
+        cancelled_queued = true;
+      }
+      c = x->call;
+    }
+    if (c) c->cancel();
+    if (cancelled_queued) {
+      std::lock_guard<std::mutex> lk(x->mu);
+      x->status = 499;
+      end_attempt(x);
+    }
+  });
+  submit(x, false, -1);
+}
+
+void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude_worker) {
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lk(x->mu);
+    t.tier = x->tier;
+    t.model = x->model;
+    t.fallback_model = x->fallback_model;
+    t.exclude_worker = exclude_worker;
+    t.at_head = retry;
+  }
+  std::weak_ptr<Exchange> weak = x;
+  t.on_start = [this, weak](const Placement& p) {
+    auto x = weak.lock();
+    if (!x) return fleet_->finished(p.ticket);
+    start_attempt(x, p);
+  };
+  t.on_refused = [this, weak](Refusal r, const std::string& msg) {
+    auto x = weak.lock();
+    if (!x) return;
+    std::lock_guard<std::mutex> lk(x->mu);
+    x->queued = false;
+    if (x->ended) return;
+    const ApiError e = refusal_error(r, msg);
+    x->status = e.status;
+    if (x->rec) x->rec->error_code = e.code;
+    if (x->client_started) {
+      x->out->send(server::sse_data(e.to_json()));
+      x->out->send(std::string(server::kSseDone));
+      x->out->end();
+    } else {
+      HttpResponse resp = server::error_response(e);
+      resp.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+      x->out->respond(std::move(resp));
+    }
+    x->client_started = true;  // answered
+    end_attempt(x);
+  };
+  t.on_tier_changed = [this, weak](int from, int to, const std::string& reason) {
+    auto x = weak.lock();
+    if (!x) return;
+    std::lock_guard<std::mutex> lk(x->mu);
+    x->tier = to;
+    x->degraded_reason = reason;
+    registry_->counter(kDegradations, {cfg_.tiers[size_t(from)].name, cfg_.tiers[size_t(to)].name, reason})->inc();
+  };
+  const Fleet::Submitted s = fleet_->submit(std::move(t));
+  std::lock_guard<std::mutex> lk(x->mu);
+  if (!s.accepted) {
+    if (x->ended) return;
+    const ApiError e = refusal_error(s.why, s.message);
+    x->status = e.status;
+    if (x->rec) x->rec->error_code = e.code;
+    if (x->client_started) {
+      x->out->send(server::sse_data(e.to_json()));
+      x->out->send(std::string(server::kSseDone));
+      x->out->end();
+    } else {
+      x->out->respond(server::error_response(e));
+      x->client_started = true;
+    }
+    end_attempt(x);
+    return;
+  }
+  if (!x->placed && !x->ended) {
+    x->ticket = s.id;
+    x->queued = true;
+  }
+}
+
+void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement& p) {
+  std::unique_lock<std::mutex> lk(x->mu);
+  x->queued = false;
+  x->ticket = p.ticket;
+  if (x->ended || x->client_gone) {
+    lk.unlock();
+    fleet_->finished(p.ticket);
+    return;
+  }
+  x->placed = true;
+  x->pl = p;
+  ++x->attempts;
+  x->status = 0;
+  x->up_headers.clear();
+  x->buffered.clear();
+  const WorkerConfig& wc = cfg_.workers[size_t(p.worker)];
+  registry_->histogram(kQueueSeconds, {cfg_.tiers[size_t(p.tier)].name})->observe(double(p.queue_ns) / 1e9);
+  registry_->counter(kPlacements, {cfg_.tiers[size_t(p.tier)].name, fleet_->pools()[size_t(p.pool)],
+                                   p.borrowed ? "borrowed" : p.pool_fallback ? "fallback" : "own"})
+      ->inc();
+  registry_->gauge(kWorkerInflight, {wc.name})->add(1);
+  if (p.model_fallback && x->degraded_reason.empty()) {
+    x->degraded_reason = "model_fallback";
+    registry_->counter(kDegradations, {cfg_.tiers[size_t(x->tier_requested)].name, cfg_.tiers[size_t(p.tier)].name,
+                                       "model_fallback"})
+        ->inc();
+  }
+  x->model = p.model;
+  x->tier = p.tier;
+  x->rewrite_model = wc.served_as() != wc.model;
+  // The worker's body: its model name and the tier in its terms.
+  json body = x->body;
+  body["model"] = wc.served_as();
+  body.erase("service_tier");
+  body.erase("priority");
+  const std::string& tier_name = cfg_.tiers[size_t(p.tier)].name;
+  if (wc.kind == WorkerKind::kLocal || wc.kind == WorkerKind::kTierserve) body["service_tier"] = tier_name;
+  if (wc.kind == WorkerKind::kVllm) body["priority"] = p.tier;  // vLLM: lower runs first
+  UpstreamRequest req;
+  req.path = x->path;
+  req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!x->request_id.empty()) req.headers.emplace_back("x-request-id", x->request_id);
+  if (!x->traceparent.empty()) req.headers.emplace_back("traceparent", x->traceparent);
+  if (!wc.api_key.empty()) req.headers.emplace_back("authorization", "Bearer " + wc.api_key);
+  std::shared_ptr<UpstreamPool> pool = workers_->pool(p.worker);
+  if (!pool) {
+    lk.unlock();
+    fleet_->finished(p.ticket);
+    registry_->gauge(kWorkerInflight, {wc.name})->add(-1);
+    lk.lock();
+    x->placed = false;
+    const bool retry = x->attempts < 2;
+    lk.unlock();
+    if (retry) return submit(x, true, p.worker);
+    lk.lock();
+    x->status = 502;
+    x->out->respond(server::error_response(server::server_error(502, "worker " + wc.name + " has no address", "worker_error")));
+    end_attempt(x);
+    return;
+  }
+  std::weak_ptr<Exchange> weak = x;
+  UpstreamHandlers h;
+  h.on_head = [this, weak](int status, const server::Headers& headers) {
+    auto x = weak.lock();
+    if (!x) return;
+    std::lock_guard<std::mutex> lk(x->mu);
+    x->status = status;
+    x->up_headers = headers;
+    if (x->ended || !x->stream || status != 200) return;
+    if (!x->client_started) {
+      HttpResponse r;
+      r.content_type = "text/event-stream";
+      r.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+      const WorkerConfig& wc = cfg_.workers[size_t(x->pl.worker)];
+      auto add = [&](const std::string& k, const std::string& v) {
+        if (!v.empty()) r.headers.emplace_back(k, v);
+      };
+      for (const auto& [k, v] : headers)
+        if (!hop_by_hop(k) && k != "x-tierserve-tier-served" && k != "x-tierserve-degraded-reason") r.headers.emplace_back(k, v);
+      add("x-tierserve-model-served", wc.model);
+      add("x-tierserve-route", x->route);
+      add("x-tierserve-worker", wc.name);
+      add("x-tierserve-pool", fleet_->pools()[size_t(x->pl.pool)]);
+      add("x-tierserve-pool-reason", x->pl.borrowed ? "borrowed" : x->pl.pool_fallback ? "fallback" : "");
+      add("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+      const std::string worker_tier = header_of(headers, "x-tierserve-tier-served");
+      add("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
+      const std::string worker_reason = header_of(headers, "x-tierserve-degraded-reason");
+      add("x-tierserve-degraded-reason", x->degraded_reason.empty() ? worker_reason : x->degraded_reason);
+      x->out->start_stream(std::move(r));
+      x->client_started = true;
+    }
+  };
+  h.on_data = [this, weak](std::string_view bytes) {
+    auto x = weak.lock();
+    if (!x) return;
+    std::lock_guard<std::mutex> lk(x->mu);
+    if (x->ended) return;
+    if (!x->first_byte_ns) {
+      x->first_byte_ns = clock_.now_ns();
+      registry_->histogram(kTtftSeconds, {cfg_.tiers[size_t(x->tier)].name})->observe(double(x->first_byte_ns - x->arrived_ns) / 1e9);
+    }
+    if (!x->stream || x->status != 200) {
+      if (x->buffered.size() < (16u << 20)) x->buffered.append(bytes);
+      return;
+    }
+    // Forward whole events; peek at each for usage and content, and give the response the
+    // model name the client knows when the worker answers to another.
+    x->sse_tail.append(bytes);
+    std::string outgoing;
+    size_t start = 0;
+    for (;;) {
+      const size_t end = x->sse_tail.find("\n\n", start);
+      if (end == std::string::npos) break;
+      std::string ev = x->sse_tail.substr(start, end + 2 - start);
+      start = end + 2;
+      if (ev.rfind("data: {", 0) == 0) {
+        const bool has_usage = ev.find("\"usage\":{") != std::string::npos;
+        if (has_usage || x->rewrite_model) {
+          json j = json::parse(std::string_view(ev).substr(6, ev.size() - 8), nullptr, false);
+          if (j.is_object()) {
+            if (has_usage && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
+                j["usage"]["completion_tokens"].is_number_integer())
+              x->completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+            if (x->rewrite_model && j.contains("model")) {
+              j["model"] = cfg_.workers[size_t(x->pl.worker)].model;
+              ev = server::sse_data(j.dump(-1, ' ', false, json::error_handler_t::replace));
+            }
+          }
+        }
+        if (ev.find("\"content\":\"") != std::string::npos || ev.find("\"text\":\"") != std::string::npos) ++x->content_chunks;
+      }
+      outgoing += ev;
+    }
+    x->sse_tail.erase(0, start);
+    if (!outgoing.empty()) {
+      x->body_bytes += int64_t(outgoing.size());
+      x->out->send(std::move(outgoing));
+    }
+  };
+  h.on_end = [this, weak](UpstreamError e, const std::string& detail) {
+    auto x = weak.lock();
+    if (!x) return;
+    std::unique_lock<std::mutex> lk(x->mu);
+    const Placement p = x->pl;
+    const WorkerConfig& wc = cfg_.workers[size_t(p.worker)];
+    x->call.reset();
+    x->placed = false;
+    lk.unlock();
+    fleet_->finished(p.ticket);
+    registry_->gauge(kWorkerInflight, {wc.name})->add(-1);
+    lk.lock();
+    if (x->ended) return;
+    const bool gateway_abort = e == UpstreamError::kCancelled && x->aborted;
+    if (e != UpstreamError::kNone && !(e == UpstreamError::kCancelled && !x->aborted)) {
+      const std::string kind = gateway_abort ? "unreachable" : std::string(upstream_error_name(e));
+      registry_->counter(kWorkerErrors, {wc.name, kind})->inc();
+      if (!gateway_abort) workers_->report_failure(p.worker);
+    }
+    if (e == UpstreamError::kCancelled && !x->aborted) {  // the client went away
+      x->status = 499;
+      end_attempt(x);
+      return;
+    }
+    // A retryable failure: the worker answered nothing the client saw (a transport error,
+    // or 502/503/504 from a worker that is going away), and this was the first attempt.
+    const bool transport = e != UpstreamError::kNone;
+    const bool retry_status = !transport && (x->status == 502 || x->status == 503 || x->status == 504) &&
+                              header_of(x->up_headers, "content-type").find("text/event-stream") == std::string::npos;
+    if ((transport || retry_status) && x->body_bytes == 0 && x->attempts < 2 && !x->client_gone) {
+      registry_->counter(kRetries, {wc.name})->inc();
+      x->aborted = false;
+      x->sse_tail.clear();
+      lk.unlock();
+      return submit(x, true, p.worker);
+    }
+    if (transport) {
+      const ApiError err = server::server_error(502, "worker " + wc.name + " failed: " + std::string(upstream_error_name(e)) +
+                                                         (detail.empty() ? "" : " (" + detail + ")"),
+                                                "worker_error");
+      x->status = 502;
+      if (x->rec) x->rec->error_code = "worker_error";
+      if (x->client_started) {
+        x->out->send(server::sse_data(err.to_json()));
+        x->out->send(std::string(server::kSseDone));
+        x->out->end();
+      } else {
+        x->out->respond(server::error_response(err));
+      }
+      end_attempt(x);
+      return;
+    }
+    if (x->stream && x->status == 200) {
+      if (!x->sse_tail.empty()) x->out->send(std::move(x->sse_tail));  // a last event without its blank line
+      x->out->end();
+      end_attempt(x);
+      return;
+    }
+    // A whole body (or an error the worker answered): passed on, the model name fixed.
+    HttpResponse r;
+    r.status = x->status;
+    const std::string ct = header_of(x->up_headers, "content-type");
+    r.content_type = ct.empty() ? "application/json" : ct;
+    json j = json::parse(x->buffered, nullptr, false);
+    const bool is_json = j.is_object();
+    if (is_json && x->status == 200) {
+      if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
+          j["usage"]["completion_tokens"].is_number_integer())
+        x->completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+      if (x->rewrite_model && j.contains("model")) {
+        j["model"] = wc.model;
+        x->buffered = j.dump(-1, ' ', false, json::error_handler_t::replace);
+      }
+    }
+    if (x->status >= 400 && !is_json) {
+      // A worker error that is not OpenAI's shape: said as one, and counted.
+      registry_->counter(kWorkerErrors, {wc.name, "bad_error_body"})->inc();
+      const ApiError err = server::server_error(502, "worker " + wc.name + " answered HTTP " + std::to_string(x->status) +
+                                                         " without an OpenAI error body",
+                                                "worker_error");
+      x->status = 502;
+      HttpResponse e2 = server::error_response(err);
+      r = std::move(e2);
+    } else if (x->status == 200 && !is_json && !x->stream) {
+      registry_->counter(kWorkerErrors, {wc.name, "bad_body"})->inc();
+      r = server::error_response(server::server_error(502, "worker " + wc.name + " answered a body that is not JSON", "worker_error"));
+      x->status = 502;
+    } else if (x->stream && x->status == 200) {
+      r.body = x->buffered;
+    } else {
+      r.body = x->buffered;
+    }
+    if (x->status >= 400 && x->rec) x->rec->error_code = server::error_code_of(r.body);
+    for (const auto& [k, v] : x->up_headers)
+      if (!hop_by_hop(k) && k != "x-tierserve-tier-served" && k != "x-tierserve-degraded-reason" && k != "retry-after")
+        r.headers.emplace_back(k, v);
+    if (const std::string ra = header_of(x->up_headers, "retry-after"); !ra.empty() && x->status == r.status) r.headers.emplace_back("Retry-After", ra);
+    r.headers.emplace_back("x-tierserve-model-served", wc.model);
+    if (!x->route.empty()) r.headers.emplace_back("x-tierserve-route", x->route);
+    r.headers.emplace_back("x-tierserve-worker", wc.name);
+    r.headers.emplace_back("x-tierserve-pool", fleet_->pools()[size_t(p.pool)]);
+    if (p.borrowed || p.pool_fallback) r.headers.emplace_back("x-tierserve-pool-reason", p.borrowed ? "borrowed" : "fallback");
+    r.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+    const std::string worker_tier = header_of(x->up_headers, "x-tierserve-tier-served");
+    r.headers.emplace_back("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
+    const std::string reason = x->degraded_reason.empty() ? header_of(x->up_headers, "x-tierserve-degraded-reason") : x->degraded_reason;
+    if (!reason.empty()) r.headers.emplace_back("x-tierserve-degraded-reason", reason);
+    if (x->client_started) {  // a queued stream whose headers went out: the answer in-stream
+      x->out->send(server::sse_data(r.body));
+      x->out->send(std::string(server::kSseDone));
+      x->out->end();
+    } else {
+      x->out->respond(std::move(r));
+    }
+    end_attempt(x);
+  };
+  x->call = pool->send(std::move(req), std::move(h));
+}
+
+// Ends the exchange: the key's refund, the access line's fields, the ledger. Called with
+// x->mu held, once.
+void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
+  if (x->ended) return;
+  x->ended = true;
+  if (x->status == 499) {  // the client went away: the exchange still ends (and is logged)
+    if (x->rec) x->rec->error_code = "cancelled";
+    if (x->client_started) x->out->end();
+    else x->out->respond(server::error_response(server::server_error(499, "the client closed the request", "cancelled")));
+  }
+  if (x->completion_tokens < 0 && x->stream && x->status == 200) x->completion_tokens = x->content_chunks;
+  if (x->key) {
+    const int64_t used = x->completion_tokens >= 0 ? x->prompt_tokens + x->completion_tokens : x->charged_tokens;
+    x->key->release(std::max<int64_t>(0, x->charged_tokens - used));
+    x->key = nullptr;
+  }
+  const std::string tier = cfg_.tiers[size_t(x->tier_requested)].name;
+  const std::string model = x->pl.worker >= 0 ? cfg_.workers[size_t(x->pl.worker)].model : models_[size_t(x->model)];
+  std::string outcome = x->status == 200 ? "ok" : x->status == 499 ? "cancelled" : x->status == 429 || x->status == 503 ? "rejected" : "error";
+  if (x->status == 200 && x->rec && !x->rec->error_code.empty()) outcome = "error";
+  registry_->counter(kRequests, {tier, model, outcome})->inc();
+  if (x->rec) {
+    x->rec->tier_served = cfg_.tiers[size_t(x->tier)].name;
+    x->rec->degraded_reason = x->degraded_reason;
+    x->rec->prompt_tokens = x->prompt_tokens;
+    if (x->completion_tokens >= 0) x->rec->completion_tokens = x->completion_tokens;
+    if (x->pl.worker >= 0) x->rec->queue_ms = double(x->pl.queue_ns) / 1e6;
+    if (x->first_byte_ns) x->rec->ttft_ms = double(x->first_byte_ns - x->arrived_ns) / 1e6;
+    if (x->pl.worker >= 0) x->rec->model = model;
+  }
+  std::lock_guard<std::mutex> lk(live_mu_);
+  live_.erase(x);
+}
+
+void Gateway::abort_calls_on(int worker) {
+  std::vector<std::shared_ptr<Exchange>> xs;
+  {
+    std::lock_guard<std::mutex> lk(live_mu_);  // never held with an exchange's lock
+    xs.assign(live_.begin(), live_.end());
+  }
+  std::vector<std::shared_ptr<UpstreamCall>> calls;
+  for (const auto& x : xs) {
+    std::lock_guard<std::mutex> xl(x->mu);
+    if (x->placed && x->pl.worker == worker && x->call) {
+      x->aborted = true;
+      calls.push_back(x->call);
+    }
+  }
+  for (auto& c : calls) c->cancel();
+}
+
+void Gateway::models(std::shared_ptr<Responder> out) const {
+  json data = json::array();
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& m : models_) {
+    json workers = json::array();
+    for (const auto& w : cfg_.workers)
+      if (w.model == m) workers.push_back(w.name);
+    data.push_back({{"id", m}, {"object", "model"}, {"created", now}, {"owned_by", "tierserve"}, {"workers", workers}});
+  }
+  data.push_back({{"id", cfg_.router.name}, {"object", "model"}, {"created", now}, {"owned_by", "tierserve"},
+                  {"router", true}, {"models", models_}});
+  HttpResponse r;
+  r.body = json{{"object", "list"}, {"data", data}}.dump();
+  out->respond(std::move(r));
+}
+
+void Gateway::model(const HttpRequest& req, std::shared_ptr<Responder> out) const {
+  const std::string id = req.path.substr(std::string("/v1/models/").size());
+  if (id != cfg_.router.name && std::find(models_.begin(), models_.end(), id) == models_.end()) {
+    out->respond(server::error_response(server::model_not_found(id)));
+    return;
+  }
+  HttpResponse r;
+  r.body = json{{"id", id}, {"object", "model"}, {"owned_by", "tierserve"}}.dump();
+  out->respond(std::move(r));
+}
+
+void Gateway::health(std::shared_ptr<Responder> out, bool ready) const {
+  HttpResponse r;
+  if (!ready) {
+    r.body = R"({"status":"live"})";
+    out->respond(std::move(r));
+    return;
+  }
+  bool any = false;
+  for (bool up : fleet_->up_per_worker()) any = any || up;
+  if (draining_.load() || !any) {
+    r.status = 503;
+    r.headers.emplace_back("Retry-After", "1");
+    r.body = json{{"status", draining_.load() ? "draining" : "no_worker_ready"}}.dump();
+  } else {
+    r.body = R"({"status":"ready"})";
+  }
+  out->respond(std::move(r));
+}
+
+void Gateway::metrics_text(std::shared_ptr<Responder> out) const {
+  HttpResponse r;
+  r.content_type = std::string(metrics::kPrometheusContentType);
+  r.body = metrics::format_prometheus(registry_->snapshot());
+  r.body += metrics::process_metrics_text(metrics::read_process_stats());
+  out->respond(std::move(r));
+}
+
+void Gateway::stats(std::shared_ptr<Responder> out) const {
+  json workers = json::array();
+  const auto inflight = fleet_->inflight_per_worker();
+  const auto infos = workers_->info();
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const auto& w = infos[i];
+    workers.push_back({{"name", w.name},
+                       {"kind", w.kind},
+                       {"model", w.model},
+                       {"pool", w.pool},
+                       {"url", w.url},
+                       {"up", w.up},
+                       {"pid", w.pid},
+                       {"restarts", w.restarts},
+                       {"health_failures", w.health_failures},
+                       {"inflight", inflight[i]},
+                       {"last_error", w.last_error}});
+  }
+  json queued = json::object();
+  const auto q = fleet_->queued_per_tier();
+  for (size_t t = 0; t < q.size(); ++t) queued[cfg_.tiers[t].name] = q[t];
+  size_t live;
+  {
+    std::lock_guard<std::mutex> lk(live_mu_);
+    live = live_.size();
+  }
+  HttpResponse r;
+  r.body = json{{"draining", draining_.load()}, {"n_active", live}, {"queued", queued}, {"workers", workers},
+                {"models", models_}, {"router", cfg_.router.name}}
+               .dump(-1, ' ', false, json::error_handler_t::replace);
+  out->respond(std::move(r));
+}
+
+}  // namespace ts::gateway

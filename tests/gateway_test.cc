@@ -1,0 +1,594 @@
+// `tierserve gateway` with real processes on loopback: the gateway, tierserve workers it
+// starts itself on two models, fake workers that hang or answer garbage, and llama.cpp's
+// server built from the pinned source (bench/peer.sh --server-only). Checked:
+//  - routing by name and by the router (rules, default), /v1/models, 404, streams through;
+//  - pools: standard borrows the idle dedicated pool, a fast arrival is placed there at
+//    once (not held behind the borrowed request);
+//  - kill -9 of a worker under load: every request ends exactly once, complete or with an
+//    explicit error, and client = gateway metrics = access log; the worker is restarted;
+//  - a worker that hangs (keeps its socket, answers nothing) is out within about a second
+//    and what was on it is placed again; garbage, non-OpenAI errors and a truncated stream
+//    from a worker are explicit errors, counted, and the gateway lives;
+//  - llama-server as a worker: completions and streams through, and the tier order
+//    enforced by the gateway (llama.cpp has none);
+//  - bad configs exit 2 naming the field.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "server_test_util.h"
+
+namespace ts {
+namespace {
+
+using json = nlohmann::json;
+using namespace ts::testing_server;
+
+const std::string kStories = std::string(TS_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kWork = std::string(TS_BINARY_DIR) + "/gateway_test";
+const std::string kSlow = kWork + "/llama15m_q8_0.gguf";
+
+void prepare() {
+  static bool done = false;
+  if (done) return;
+  ASSERT_EQ(std::system(("mkdir -p '" + kWork + "'").c_str()), 0);
+  if (!std::ifstream(kSlow)) {
+    const std::string cmd = std::string(TS_TIERSERVE_BIN) + " make-model --arch llama --shape 15m --type q8_0 -o '" + kSlow +
+                            "' > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  done = true;
+}
+
+json body_json(const HttpResult& r) { return json::parse(r.body, nullptr, false); }
+
+json stats(int port) { return body_json(http(port, "GET", "/admin/stats")); }
+
+// Waits until every worker (or the named ones) passes its health checks.
+bool wait_up(int port, const std::set<std::string>& names = {}, int timeout_ms = 60000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const json s = stats(port);
+    if (s.is_object() && s.contains("workers")) {
+      bool all = true;
+      for (const auto& w : s["workers"])
+        if (names.empty() || names.count(w["name"].get<std::string>())) all = all && w["up"].get<bool>();
+      if (all) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+double metric_sum(const std::string& text, const std::string& prefix) {
+  double sum = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) sum += std::atof(line.substr(line.rfind(' ') + 1).c_str());
+  return sum;
+}
+
+std::string completion(const std::string& model, const std::string& prompt, int max_tokens, bool stream,
+                       const std::string& tier = "", bool ignore_eos = false) {
+  json b = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+  if (stream) b["stream"] = true;
+  if (!tier.empty()) b["service_tier"] = tier;
+  if (ignore_eos) b["ignore_eos"] = true;
+  return b.dump();
+}
+
+// A worker of our own on loopback: answers health and metrics, and completions with a
+// canned OpenAI body or stream, or — per request or from a switch — hangs, or answers
+// garbage: a 200 that is not JSON ("garbage200" in the prompt), a 500 HTML page
+// ("html500"), a stream cut after one event ("cut").
+class FakeWorker {
+ public:
+  FakeWorker() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 64);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accept_ = std::thread([this] { accept_loop(); });
+  }
+  ~FakeWorker() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    accept_.join();
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int c : conns_) ::shutdown(c, SHUT_RDWR);
+    for (auto& t : threads_) t.join();
+  }
+  int port() const { return port_; }
+  void hang(bool on) { hang_ = on; }
+  int completions() const { return n_completions_.load(); }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) {
+        if (stop_) return;
+        continue;
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      conns_.push_back(c);
+      threads_.emplace_back([this, c] { serve(c); });
+    }
+  }
+  void serve(int c) {
+    std::string buf;
+    char tmp[4096];
+    for (;;) {
+      size_t he;
+      while ((he = buf.find("\r\n\r\n")) == std::string::npos) {
+        const ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+        if (n <= 0) return close_conn(c);
+        buf.append(tmp, size_t(n));
+      }
+      const std::string head = buf.substr(0, he);
+      size_t cl = 0;
+      const size_t at = head.find("Content-Length: ");
+      if (at == std::string::npos) {
+        const size_t at2 = head.find("content-length: ");
+        if (at2 != std::string::npos) cl = std::stoul(head.substr(at2 + 16));
+      } else {
+        cl = std::stoul(head.substr(at + 16));
+      }
+      while (buf.size() < he + 4 + cl) {
+        const ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+        if (n <= 0) return close_conn(c);
+        buf.append(tmp, size_t(n));
+      }
+      const std::string body = buf.substr(he + 4, cl);
+      buf.erase(0, he + 4 + cl);
+      if (hang_) {  // keep the socket, answer nothing
+        while (!stop_ && ::recv(c, tmp, sizeof tmp, 0) > 0) {
+        }
+        return close_conn(c);
+      }
+      const std::string path = head.substr(head.find(' ') + 1, head.find(' ', head.find(' ') + 1) - head.find(' ') - 1);
+      if (path == "/health/ready" || path == "/health") {
+        reply(c, 200, "application/json", R"({"status":"ready"})");
+      } else if (path == "/metrics") {
+        reply(c, 200, "text/plain", "tierserve_num_requests_waiting 0\ntierserve_num_requests_running 0\n");
+      } else if (path == "/v1/completions") {
+        ++n_completions_;
+        if (body.find("garbage200") != std::string::npos) {
+          reply(c, 200, "application/json", "this is not json");
+        } else if (body.find("html500") != std::string::npos) {
+          reply(c, 500, "text/html", "<html><body>Internal Server Error</body></html>");
+        } else if (body.find("cut") != std::string::npos) {
+          std::string r = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+          const std::string ev = R"(data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":"Once","finish_reason":null}]})"
+                                 "\n\n";
+          char size[16];
+          std::snprintf(size, sizeof size, "%zx\r\n", ev.size());
+          r += size + ev + "\r\n";
+          send_all(c, r);
+          return close_conn(c);  // cut mid-stream
+        } else {
+          reply(c, 200, "application/json",
+                R"({"id":"fake","object":"text_completion","model":"stories","choices":[{"index":0,"text":" from the fake","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}})");
+        }
+      } else {
+        reply(c, 404, "application/json", R"({"error":{"message":"no","type":"not_found_error","code":"not_found"}})");
+      }
+    }
+  }
+  void reply(int c, int status, const std::string& ct, const std::string& body) {
+    send_all(c, "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: " + ct + "\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
+  void close_conn(int c) { ::shutdown(c, SHUT_RDWR); }
+
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false}, hang_{false};
+  std::atomic<int> n_completions_{0};
+  std::thread accept_;
+  std::mutex mu_;
+  std::vector<int> conns_;
+  std::vector<std::thread> threads_;
+};
+
+std::string local_worker(const std::string& name, const std::string& model, const std::string& path, const std::string& pool,
+                         int max_inflight = 4) {
+  return "  - {name: " + name + ", kind: local, model: " + model + ", path: '" + path + "', threads: 1, pool: " + pool +
+         ", max_inflight: " + std::to_string(max_inflight) + "}\n";
+}
+
+const std::string kHealth = "health: {interval_ms: 100, timeout_ms: 400}\n";
+
+// ---------------------------------------------------------------------------------------
+
+TEST(Gateway, RoutesByNameAndByTheRouterAndStreamsThrough) {
+  prepare();
+  ServerProcess g(kWork, "routes");
+  const std::string cfg = "workers:\n" + local_worker("story", "stories", kStories, "shared") +
+                          local_worker("slow", "slow", kSlow, "shared") + kHealth +
+                          "router:\n  rules:\n    - {name: code, task: code, target: slow}\n"
+                          "    - {name: long, min_prompt_tokens: 40, target: slow}\n  default: stories\n";
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/routes.d"})) << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port())) << g.stderr_text();
+  // /v1/models: the union and the router's model.
+  const json models = body_json(http(g.port(), "GET", "/v1/models"));
+  std::set<std::string> ids;
+  for (const auto& m : models["data"]) ids.insert(m["id"].get<std::string>());
+  EXPECT_EQ(ids, (std::set<std::string>{"stories", "slow", "auto"}));
+  EXPECT_EQ(http(g.port(), "GET", "/v1/models/slow").status, 200);
+  EXPECT_EQ(body_json(http(g.port(), "GET", "/v1/models/nope"))["error"]["code"], "model_not_found");
+  // By name.
+  HttpResult r = http(g.port(), "POST", "/v1/completions", completion("stories", "Once upon a time", 8, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-model-served"), "stories");
+  EXPECT_EQ(r.header("x-tierserve-worker"), "story");
+  EXPECT_EQ(r.header("x-tierserve-pool"), "shared");
+  EXPECT_EQ(body_json(r)["model"], "stories");
+  EXPECT_FALSE(r.header("x-request-id").empty());
+  // By the router: a rule, then the default.
+  r = http(g.port(), "POST", "/v1/chat/completions",
+           json{{"model", "auto"}, {"messages", {{{"role", "user"}, {"content", "Write a Python function that sorts a list"}}}},
+                {"max_tokens", 4}}
+               .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-model-served"), "slow");
+  EXPECT_EQ(r.header("x-tierserve-route"), "rule:code");
+  EXPECT_EQ(body_json(r)["model"], "slow");
+  r = http(g.port(), "POST", "/v1/completions", completion("auto", "Once upon a time", 4, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-model-served"), "stories");
+  EXPECT_EQ(r.header("x-tierserve-route"), "default");
+  // Streamed through: chunks and [DONE], the proxy-friendly headers.
+  r = http(g.port(), "POST", "/v1/completions", completion("stories", "Once upon a time", 16, true, "priority"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("content-type"), "text/event-stream");
+  EXPECT_EQ(r.header("x-accel-buffering"), "no");
+  EXPECT_EQ(r.header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(r.header("x-tierserve-tier-served"), "ultrafast");
+  const auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u) << r.body;
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  // Errors: an unknown model, bad JSON, a bad tier.
+  r = http(g.port(), "POST", "/v1/completions", completion("nope", "x", 1, false));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(body_json(r)["error"]["code"], "model_not_found");
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{not json").status, 400);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("stories", "x", 1, false, "platinum")).status, 400);
+  // The decisions are counted.
+  const std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_sum(m, "tierserve_route_decisions_total{router=\"auto\",target=\"slow\",reason=\"rule\"}"), 1) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_route_decisions_total{router=\"auto\",target=\"stories\",reason=\"default\"}"), 1);
+  // SIGTERM: the gateway drains and stops its workers.
+  const json s = stats(g.port());
+  std::vector<int> pids;
+  for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+  for (int pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "worker " << pid << " outlived the gateway";
+}
+
+TEST(Gateway, StandardBorrowsTheIdleDedicatedPoolAndAFastArrivalIsNotHeldBehindIt) {
+  prepare();
+  ServerProcess g(kWork, "pools");
+  const std::string cfg = "workers:\n" + local_worker("ded", "slow", kSlow, "dedicated", 1) +
+                          local_worker("sh", "slow", kSlow, "shared", 1) + kHealth;
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/pools.d"})) << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port())) << g.stderr_text();
+  // Two long standard streams: the shared slot, then the idle dedicated pool (borrowed).
+  OpenRequest a(g.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 2000, true, "default", true));
+  ASSERT_TRUE(a.read_until("data: ")) << a.raw();
+  OpenRequest b(g.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 2000, true, "default", true));
+  ASSERT_TRUE(b.read_until("data: ")) << b.raw();
+  EXPECT_NE(a.raw().find("x-tierserve-pool: shared"), std::string::npos) << a.raw().substr(0, 600);
+  EXPECT_NE(b.raw().find("x-tierserve-pool: dedicated"), std::string::npos) << b.raw().substr(0, 600);
+  EXPECT_NE(b.raw().find("x-tierserve-pool-reason: borrowed"), std::string::npos) << b.raw().substr(0, 600);
+  // A fast request goes to the dedicated worker at once, beside the borrowed stream, and
+  // that worker's scheduler serves it on ultrafast.
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResult f = http(g.port(), "POST", "/v1/completions", completion("slow", "Hello", 4, false, "priority"));
+  const double fast_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(f.status, 200) << f.body;
+  EXPECT_EQ(f.header("x-tierserve-pool"), "dedicated");
+  EXPECT_EQ(f.header("x-tierserve-pool-reason"), "");
+  EXPECT_EQ(f.header("x-tierserve-tier-served"), "ultrafast");
+  EXPECT_LE(body_json(f)["tierserve"]["queue_ms"].get<double>(), 1000.0);
+  // A third standard request waits: the shared slot is taken and the dedicated worker's one
+  // slot is borrowed already (the fast request went beside it, not counted against it).
+  OpenRequest c(g.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false, "default"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const json s = stats(g.port());
+  EXPECT_EQ(s["queued"]["standard"].get<int>(), 1) << s.dump();
+  a.close();  // the shared slot frees: the waiting request is placed there
+  const HttpResult cr = c.finish();
+  EXPECT_EQ(cr.status, 200) << cr.body;
+  b.close();
+  const std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_placements_total{tier=\"standard\",pool=\"dedicated\",how=\"borrowed\"}"), 1) << m;
+  std::printf("[gateway] fast request beside a borrowed stream: %.0f ms end to end\n", fast_ms);
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
+// One request's terminal outcome, as the client saw it.
+struct Outcome {
+  int status = 0;
+  bool complete = false;      // 200 with a whole body or [DONE]
+  bool explicit_error = false;  // an OpenAI error object (body or in-stream) with a code
+  std::string code;
+};
+
+Outcome classify(const HttpResult& r, bool stream) {
+  Outcome o;
+  o.status = r.status;
+  if (r.status == 0) return o;
+  if (r.status != 200) {
+    const json j = body_json(r);
+    o.explicit_error = j.is_object() && j.contains("error") && j["error"]["code"].is_string();
+    if (o.explicit_error) o.code = j["error"]["code"].get<std::string>();
+    return o;
+  }
+  if (!stream) {
+    const json j = body_json(r);
+    o.complete = j.is_object() && j.contains("choices");
+    return o;
+  }
+  const auto ev = sse_events(r.body);
+  const bool done = !ev.empty() && ev.back() == "data: [DONE]";
+  for (const auto& e : ev)
+    if (e.rfind("data: {\"error\"", 0) == 0) {
+      o.explicit_error = done;
+      o.code = json::parse(e.substr(6))["error"]["code"].get<std::string>();
+      return o;
+    }
+  o.complete = done;
+  return o;
+}
+
+TEST(Gateway, KillNineUnderLoadLosesNothingAndTheWorkerComesBack) {
+  prepare();
+  ServerProcess g(kWork, "kill9");
+  const std::string cfg = "workers:\n" + local_worker("w1", "slow", kSlow, "shared", 3) +
+                          local_worker("w2", "slow", kSlow, "shared", 3) + kHealth;
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/kill9.d"})) << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port())) << g.stderr_text();
+  const json s0 = stats(g.port());
+  int victim = 0;
+  for (const auto& w : s0["workers"])
+    if (w["name"] == "w1") victim = w["pid"].get<int>();
+  ASSERT_GT(victim, 0);
+  constexpr int kClients = 6, kPerClient = 6;
+  std::mutex mu;
+  std::vector<Outcome> outcomes;
+  std::atomic<int> started{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < kPerClient; ++i) {
+        const bool stream = (c + i) % 2 == 0;
+        ++started;
+        const HttpResult r = http(g.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 48, stream, "", true));
+        std::lock_guard<std::mutex> lk(mu);
+        outcomes.push_back(classify(r, stream));
+      }
+    });
+  while (started.load() < kClients * 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  for (auto& t : clients) t.join();
+  // The ledger: one terminal outcome per request, each complete or an explicit error.
+  ASSERT_EQ(outcomes.size(), size_t(kClients * kPerClient));
+  int ok = 0, errors = 0;
+  std::map<std::string, int> codes;
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.complete || o.explicit_error) << "status " << o.status << " with neither a whole answer nor an error";
+    ok += o.complete;
+    errors += o.explicit_error;
+    if (o.explicit_error) ++codes[o.code];
+  }
+  EXPECT_EQ(ok + errors, kClients * kPerClient);
+  for (const auto& [code, n] : codes) EXPECT_EQ(code, "worker_error") << n;
+  EXPECT_GT(ok, kClients * kPerClient / 2);
+  // The gateway's counters and its access log agree with the client.
+  const std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{"), kClients * kPerClient) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"slow\",outcome=\"ok\"}"), ok);
+  std::string err = g.stderr_text();
+  int access = 0;
+  for (size_t p = 0; (p = err.find(" access request_id=", p)) != std::string::npos; ++p)
+    access += err.compare(err.find("route=", p), 28, "route=\"POST /v1/completions\"") == 0;
+  EXPECT_EQ(access, kClients * kPerClient) << err.substr(0, 2000);
+  // The worker is restarted and serves again.
+  ASSERT_TRUE(wait_up(g.port(), {"w1"}, 60000)) << g.stderr_text();
+  const json s1 = stats(g.port());
+  for (const auto& w : s1["workers"])
+    if (w["name"] == "w1") {
+      EXPECT_GE(w["restarts"].get<int>(), 1);
+      EXPECT_NE(w["pid"].get<int>(), victim);
+    }
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false)).status, 200);
+  std::printf("[gateway] kill -9 under load: %d complete, %d explicit errors (%s), %.0f retries\n", ok, errors,
+              codes.empty() ? "none" : "worker_error", metric_sum(m, "tierserve_gateway_retries_total{"));
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
+TEST(Gateway, AHungWorkerIsRoutedAroundAndGarbageIsAnExplicitError) {
+  prepare();
+  FakeWorker flaky, junk;
+  ServerProcess g(kWork, "hung");
+  const std::string cfg = "workers:\n" + local_worker("real", "stories", kStories, "shared", 4) +
+                          "  - {name: flaky, kind: tierserve, model: stories, url: 'http://127.0.0.1:" +
+                          std::to_string(flaky.port()) + "', pool: shared, max_inflight: 64}\n"
+                          "  - {name: junk, kind: tierserve, model: junk, url: 'http://127.0.0.1:" +
+                          std::to_string(junk.port()) + "', pool: shared}\n" + kHealth;
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/hung.d"})) << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port())) << g.stderr_text();
+  // The flaky worker answers (its canned text) while it is well...
+  int from_fake = 0;
+  for (int i = 0; i < 6; ++i) {
+    const HttpResult r = http(g.port(), "POST", "/v1/completions", completion("stories", "Once", 4, false));
+    ASSERT_EQ(r.status, 200) << r.body;
+    from_fake += r.header("x-tierserve-worker") == "flaky";
+  }
+  EXPECT_GT(from_fake, 0);
+  // ...then hangs: it keeps its socket and answers nothing, not even its health check.
+  flaky.hang(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  std::vector<HttpResult> rs(8);
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&, i] { rs[size_t(i)] = http(g.port(), "POST", "/v1/completions", completion("stories", "Once", 4, false)); });
+  // Out of the fleet within about a second (health checks every 100 ms, 400 ms to answer).
+  bool down = false;
+  double down_ms = 0;
+  while (!down && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    const json st = stats(g.port());  // kept: a range-for over a temporary's member dangles
+    for (const auto& w : st["workers"])
+      if (w["name"] == "flaky" && !w["up"].get<bool>()) down = true;
+    down_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!down) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(down) << stats(g.port()).dump();
+  EXPECT_LT(down_ms, 1500);
+  for (auto& t : ts) t.join();
+  for (const auto& r : rs) {  // all answered, those placed on the hung worker placed again
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-tierserve-worker"), "real") << r.body;
+  }
+  // Garbage from a worker: explicit errors, counted, and the gateway lives.
+  HttpResult r = http(g.port(), "POST", "/v1/completions", completion("junk", "garbage200", 4, false));
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(body_json(r)["error"]["code"], "worker_error") << r.body;
+  r = http(g.port(), "POST", "/v1/completions", completion("junk", "html500", 4, false));
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(body_json(r)["error"]["code"], "worker_error") << r.body;
+  r = http(g.port(), "POST", "/v1/completions", completion("junk", "cut", 4, true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto ev = sse_events(r.body);
+  ASSERT_GE(ev.size(), 3u) << r.body;
+  EXPECT_EQ(ev[0].rfind("data: {\"id\"", 0), 0u);
+  EXPECT_EQ(json::parse(ev[ev.size() - 2].substr(6))["error"]["code"], "worker_error") << r.body;
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  const std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_worker_errors_total{worker=\"junk\""), 3) << m;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_worker_errors_total{worker=\"flaky\""), 0);
+  std::printf("[gateway] hung worker out after %.0f ms\n", down_ms);
+  EXPECT_EQ(http(g.port(), "GET", "/health/ready").status, 200);
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
+// llama.cpp's server, built from the pinned llama-cpp-python sdist (bench/peer.sh
+// --server-only). Required where TIERSERVE_REQUIRE_LLAMA_SERVER=1 (CI).
+std::string llama_server_bin() {
+  if (const char* e = std::getenv("TIERSERVE_LLAMA_SERVER"); e && *e) return e;
+  return std::string(TS_SOURCE_DIR) + "/build/peer/gcc/bin/llama-server";
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(Gateway, LlamaServerAsAWorkerWithTheTierOrderKeptByTheGateway) {
+  prepare();
+  const std::string bin = llama_server_bin();
+  if (!std::ifstream(bin)) {
+    const char* req = std::getenv("TIERSERVE_REQUIRE_LLAMA_SERVER");
+    if (req && std::string(req) == "1") FAIL() << "no llama-server at " << bin << " (bash bench/peer.sh --server-only)";
+    GTEST_SKIP() << "no llama-server at " << bin << " (bash bench/peer.sh --server-only builds it)";
+  }
+  const int lport = free_port();
+  const pid_t lpid = testing_proc::spawn({bin, "-m", kStories, "--host", "127.0.0.1", "--port", std::to_string(lport), "-t", "1",
+                                          "--parallel", "1", "-c", "512", "--alias", "peer", "--metrics", "--no-webui"},
+                                         kWork + "/llama-server.out", kWork + "/llama-server.err");
+  struct Kill {
+    pid_t p;
+    ~Kill() {
+      ::kill(p, SIGTERM);
+      int st;
+      ::waitpid(p, &st, 0);
+    }
+  } kill_guard{lpid};
+  ServerProcess g(kWork, "llama");
+  const std::string cfg = "workers:\n  - {name: llama, kind: llama.cpp, model: peer, url: 'http://127.0.0.1:" + std::to_string(lport) +
+                          "', max_inflight: 1}\n" + kHealth;
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/llama.d"})) << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port(), {}, 60000)) << g.stderr_text() << testing_proc::slurp(kWork + "/llama-server.err");
+  HttpResult r = http(g.port(), "POST", "/v1/completions", completion("peer", "Once upon a time", 16, false));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-worker"), "llama");
+  const json j = body_json(r);
+  ASSERT_TRUE(j.contains("choices")) << r.body;
+  EXPECT_FALSE(j["choices"][0]["text"].get<std::string>().empty());
+  r = http(g.port(), "POST", "/v1/chat/completions",
+           json{{"model", "peer"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 8}, {"stream", true}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(sse_events(r.body).back(), "data: [DONE]") << r.body;
+  // Tier order: one slot; a long batch request runs, then a standard and an ultrafast one
+  // arrive; the gateway places the ultrafast one first.
+  OpenRequest batch(g.port(), "POST", "/v1/completions", completion("peer", "Once upon a time", 400, true, "flex", true));
+  ASSERT_TRUE(batch.read_until("data: ")) << batch.raw();
+  std::atomic<int> order{0};
+  int std_at = -1, fast_at = -1;
+  std::thread st([&] {
+    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("peer", "Once", 4, false, "default"));
+    EXPECT_EQ(x.status, 200) << x.body;
+    std_at = order++;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread ft([&] {
+    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("peer", "Once", 4, false, "priority"));
+    EXPECT_EQ(x.status, 200) << x.body;
+    EXPECT_EQ(x.header("x-tierserve-tier-served"), "ultrafast");
+    fast_at = order++;
+  });
+  ft.join();
+  st.join();
+  batch.close();
+  EXPECT_LT(fast_at, std_at) << "the ultrafast request was not placed before the standard one";
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
+TEST(Gateway, BadConfigsExitTwoNamingTheField) {
+  prepare();
+  struct Case {
+    std::string yaml, want;
+  } cases[] = {
+      {"workers:\n  - {name: a, kind: docker, model: m, url: 'http://h:1'}\n", "workers[0].kind"},
+      {"workers:\n  - {name: a, kind: tierserve, model: m, url: 'ftp://h:1'}\n", "workers[0].url"},
+      {"workers:\n" + local_worker("a", "m", kStories, "shared") + "tiers:\n  - {name: standard, pools: [shared, gold]}\n",
+       "unknown pool 'gold'"},
+      {"workers:\n" + local_worker("a", "m", kStories, "shared") + local_worker("a", "n", kStories, "shared"), "workers[1].name"},
+      {"workers:\n" + local_worker("a", "m", kStories, "shared") + "router:\n  rules:\n    - {target: other}\n",
+       "router.rules[0].target"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    ServerProcess g(kWork, "badcfg" + std::to_string(i++));
+    EXPECT_FALSE(g.start_command(TS_TIERSERVE_BIN, "gateway", c.yaml, {}, 10));
+    EXPECT_EQ(g.exit_code(), 2);
+    EXPECT_NE(g.stderr_text().find(c.want), std::string::npos) << g.stderr_text();
+  }
+}
+
+}  // namespace
+}  // namespace ts
