@@ -49,13 +49,15 @@ void prepare() {
 
 json body_json(const HttpResult& r) { return json::parse(r.body, nullptr, false); }
 
-json stats(int port) { return body_json(http(port, "GET", "/admin/stats")); }
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+json stats(int port, const HeaderList& h = {}) { return body_json(http(port, "GET", "/admin/stats", "", h)); }
 
 // Waits until every worker (or the named ones) passes its health checks.
-bool wait_up(int port, const std::set<std::string>& names = {}, int timeout_ms = 60000) {
+bool wait_up(int port, const std::set<std::string>& names = {}, int timeout_ms = 60000, const HeaderList& h = {}) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
-    const json s = stats(port);
+    const json s = stats(port, h);
     if (s.is_object() && s.contains("workers")) {
       bool all = true;
       for (const auto& w : s["workers"])
@@ -117,6 +119,10 @@ class FakeWorker {
   int port() const { return port_; }
   void hang(bool on) { hang_ = on; }
   int completions() const { return n_completions_.load(); }
+  std::string last_body() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return last_body_;
+  }
 
  private:
   void accept_loop() {
@@ -169,6 +175,10 @@ class FakeWorker {
         reply(c, 200, "text/plain", "tierserve_num_requests_waiting 0\ntierserve_num_requests_running 0\n");
       } else if (path == "/v1/completions") {
         ++n_completions_;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          last_body_ = body;
+        }
         if (body.find("garbage200") != std::string::npos) {
           reply(c, 200, "application/json", "this is not json");
         } else if (body.find("html500") != std::string::npos) {
@@ -201,7 +211,8 @@ class FakeWorker {
   std::atomic<bool> stop_{false}, hang_{false};
   std::atomic<int> n_completions_{0};
   std::thread accept_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::string last_body_;
   std::vector<int> conns_;
   std::vector<std::thread> threads_;
 };
@@ -489,6 +500,53 @@ TEST(Gateway, AHungWorkerIsRoutedAroundAndGarbageIsAnExplicitError) {
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 
+// What each worker kind is sent: tierserve the tier as service_tier, vLLM as priority (its
+// order: lower first), llama.cpp neither (the gateway keeps the order); the model name the
+// worker answers to (upstream_model) and the client's back in the response. And a key's
+// limits apply once, at the gateway.
+TEST(Gateway, EachWorkerKindGetsTheTierInItsTermsAndKeysAreLimitedOnce) {
+  prepare();
+  FakeWorker vllm, llama, ts;
+  ServerProcess g(kWork, "kinds");
+  auto url = [](const FakeWorker& f) { return "'http://127.0.0.1:" + std::to_string(f.port()) + "'"; };
+  // The key "sk-gw-test": sha256 below; two requests a minute.
+  const std::string cfg =
+      "workers:\n"
+      "  - {name: v, kind: vllm, model: big, upstream_model: meta/llama-big, url: " + url(vllm) + "}\n"
+      "  - {name: l, kind: llama.cpp, model: small, url: " + url(llama) + "}\n"
+      "  - {name: t, kind: tierserve, model: mid, url: " + url(ts) + "}\n" + kHealth +
+      "keys:\n  - {name: k, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-gw-test", kWork) + ", requests_per_min: 3}\n";
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/kinds.d"})) << g.stderr_text();
+  const HeaderList auth = {{"Authorization", "Bearer sk-gw-test"}};
+  ASSERT_TRUE(wait_up(g.port(), {}, 60000, auth)) << g.stderr_text();
+  HttpResult r = http(g.port(), "POST", "/v1/completions", completion("big", "Once", 4, false, "flex"), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json sent = json::parse(vllm.last_body());
+  EXPECT_EQ(sent["priority"], 2) << sent.dump();  // batch: the third tier
+  EXPECT_FALSE(sent.contains("service_tier"));
+  EXPECT_EQ(sent["model"], "meta/llama-big");
+  EXPECT_EQ(body_json(r)["model"], "big");  // the fake answers "stories": the client's name put back
+  r = http(g.port(), "POST", "/v1/completions", completion("small", "Once", 4, false, "priority"), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  sent = json::parse(llama.last_body());
+  EXPECT_FALSE(sent.contains("priority"));
+  EXPECT_FALSE(sent.contains("service_tier"));
+  EXPECT_EQ(sent["model"], "small");
+  r = http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false, "priority"), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  sent = json::parse(ts.last_body());
+  EXPECT_EQ(sent["service_tier"], "ultrafast");
+  EXPECT_FALSE(sent.contains("priority"));
+  // The fourth request of the minute is refused here, before any worker sees it.
+  const int before = vllm.completions() + llama.completions() + ts.completions();
+  r = http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false), auth);
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(body_json(r)["error"]["code"], "rate_limit_exceeded") << r.body;
+  EXPECT_EQ(vllm.completions() + llama.completions() + ts.completions(), before);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false)).status, 401);
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
 // llama.cpp's server, built from the pinned llama-cpp-python sdist (bench/peer.sh
 // --server-only). Required where TIERSERVE_REQUIRE_LLAMA_SERVER=1 (CI).
 std::string llama_server_bin() {
@@ -516,10 +574,8 @@ TEST(Gateway, LlamaServerAsAWorkerWithTheTierOrderKeptByTheGateway) {
     if (req && std::string(req) == "1") FAIL() << "no llama-server at " << bin << " (bash bench/peer.sh --server-only)";
     GTEST_SKIP() << "no llama-server at " << bin << " (bash bench/peer.sh --server-only builds it)";
   }
-  const int lport = free_port();
-  const pid_t lpid = testing_proc::spawn({bin, "-m", kStories, "--host", "127.0.0.1", "--port", std::to_string(lport), "-t", "1",
-                                          "--parallel", "1", "-c", "512", "--alias", "peer", "--metrics", "--no-webui"},
-                                         kWork + "/llama-server.out", kWork + "/llama-server.err");
+  // Two llama-servers: the tiny model (completions and streams through), and a slower one
+  // with one slot for the tier order.
   struct Kill {
     pid_t p;
     ~Kill() {
@@ -527,10 +583,19 @@ TEST(Gateway, LlamaServerAsAWorkerWithTheTierOrderKeptByTheGateway) {
       int st;
       ::waitpid(p, &st, 0);
     }
-  } kill_guard{lpid};
+  };
+  const int lport = free_port();
+  Kill k1{testing_proc::spawn({bin, "-m", kStories, "--host", "127.0.0.1", "--port", std::to_string(lport), "-t", "1",
+                               "--parallel", "1", "-c", "512", "--alias", "peer", "--metrics", "--no-webui"},
+                              kWork + "/llama-server.out", kWork + "/llama-server.err")};
+  const int sport = free_port();
+  Kill k2{testing_proc::spawn({bin, "-m", kSlow, "--host", "127.0.0.1", "--port", std::to_string(sport), "-t", "1",
+                               "--parallel", "1", "-c", "2048", "--alias", "slow", "--metrics", "--no-webui"},
+                              kWork + "/llama-server-slow.out", kWork + "/llama-server-slow.err")};
   ServerProcess g(kWork, "llama");
   const std::string cfg = "workers:\n  - {name: llama, kind: llama.cpp, model: peer, url: 'http://127.0.0.1:" + std::to_string(lport) +
-                          "', max_inflight: 1}\n" + kHealth;
+                          "', max_inflight: 1}\n  - {name: llama-slow, kind: llama.cpp, model: slow, url: 'http://127.0.0.1:" +
+                          std::to_string(sport) + "', max_inflight: 1}\n" + kHealth;
   ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/llama.d"})) << g.stderr_text();
   ASSERT_TRUE(wait_up(g.port(), {}, 60000)) << g.stderr_text() << testing_proc::slurp(kWork + "/llama-server.err");
   HttpResult r = http(g.port(), "POST", "/v1/completions", completion("peer", "Once upon a time", 16, false));
@@ -543,28 +608,36 @@ TEST(Gateway, LlamaServerAsAWorkerWithTheTierOrderKeptByTheGateway) {
            json{{"model", "peer"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 8}, {"stream", true}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(sse_events(r.body).back(), "data: [DONE]") << r.body;
-  // Tier order: one slot; a long batch request runs, then a standard and an ultrafast one
-  // arrive; the gateway places the ultrafast one first.
-  OpenRequest batch(g.port(), "POST", "/v1/completions", completion("peer", "Once upon a time", 400, true, "flex", true));
+  // Tier order: one slot; a long batch request runs (the slower model), then a standard and
+  // an ultrafast one arrive and wait in the gateway; when the slot frees, the gateway places
+  // the ultrafast one first.
+  OpenRequest batch(g.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 1500, true, "flex", true));
   ASSERT_TRUE(batch.read_until("data: ")) << batch.raw();
   std::atomic<int> order{0};
   int std_at = -1, fast_at = -1;
   std::thread st([&] {
-    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("peer", "Once", 4, false, "default"));
+    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("slow", "Once", 4, false, "default"));
     EXPECT_EQ(x.status, 200) << x.body;
     std_at = order++;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::thread ft([&] {
-    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("peer", "Once", 4, false, "priority"));
+    const HttpResult x = http(g.port(), "POST", "/v1/completions", completion("slow", "Once", 4, false, "priority"));
     EXPECT_EQ(x.status, 200) << x.body;
     EXPECT_EQ(x.header("x-tierserve-tier-served"), "ultrafast");
     fast_at = order++;
   });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const json waiting = stats(g.port());
+  EXPECT_EQ(waiting["queued"]["standard"], 1) << waiting.dump();
+  EXPECT_EQ(waiting["queued"]["ultrafast"], 1) << waiting.dump();
+  batch.close();  // the slot frees
   ft.join();
   st.join();
-  batch.close();
-  EXPECT_LT(fast_at, std_at) << "the ultrafast request was not placed before the standard one";
+  const std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_LT(fast_at, std_at) << "the ultrafast request was not placed before the standard one; retries "
+                             << metric_sum(m, "tierserve_gateway_retries_total{") << ", worker errors "
+                             << metric_sum(m, "tierserve_gateway_worker_errors_total{");
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 

@@ -42,11 +42,7 @@ void make_dirs_and_models() {
   done = true;
 }
 
-std::string hash_key(const std::string& key) {
-  std::string h = run_capture(std::string(TS_TIERSERVE_BIN) + " serve --hash-key " + key);
-  while (!h.empty() && (h.back() == '\n')) h.pop_back();
-  return h;
-}
+std::string hash_key(const std::string& key) { return testing_server::hash_key(TS_TIERSERVE_BIN, key, kWork); }
 
 json body_json(const HttpResult& r) {
   try {

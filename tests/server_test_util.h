@@ -118,6 +118,16 @@ struct HttpResult {
   }
 };
 
+// The sha256 a config's keys[] holds for KEY (`BIN serve --hash-key`); WORK_DIR takes the
+// command's output files.
+inline std::string hash_key(const std::string& bin, const std::string& key, const std::string& work_dir) {
+  std::string h = testing_proc::run_captured({bin, "serve", "--hash-key", key}, work_dir + "/hash.out",
+                                             work_dir + "/hash.err")
+                      .out;
+  while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
+  return h;
+}
+
 inline int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -133,7 +133,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
   }
   if (const YAML::Node c = n["classifier"]) {
     check_keys(c, "router.classifier", {"path", "threshold", "labels"});
-    if (c["path"]) r.classifier.path = get_str(c["path"], "router.classifier.path");
+    if (c["path"]) r.classifier.path = expand_path(get_str(c["path"], "router.classifier.path"), "router.classifier.path");
     if (c["threshold"]) r.classifier.threshold = get_double(c["threshold"], "router.classifier.threshold");
     if (const YAML::Node l = c["labels"]) {
       if (!l.IsMap()) fail("router.classifier.labels", "expected a mapping of label: model");

@@ -41,29 +41,36 @@ bool Fleet::owns(int tier, int pool) const {
   return std::find(p.begin(), p.end(), pool) != p.end();
 }
 
-// Whether a tier other than `except_tier` that uses `pool` has a request waiting.
-bool Fleet::pool_has_owner_demand(int pool, int except_tier) const {
+// Shares, caps and demand are per pool and model: a request can only be placed on workers
+// of its model, so the slots of other models' workers in the same pool are not its share.
+
+// Whether a tier other than `except_tier` that uses `pool` has a request for `model` waiting.
+bool Fleet::pool_has_owner_demand(int pool, int except_tier, int model) const {
   for (int t = 0; t < int(tiers_.size()); ++t) {
     if (t == except_tier || !owns(t, pool)) continue;
-    for (int m = 0; m < n_models_; ++m)
-      if (!lines_[size_t(t) * size_t(n_models_) + size_t(m)].empty()) return true;
+    if (!lines_[size_t(t) * size_t(n_models_) + size_t(model)].empty()) return true;
   }
   return false;
 }
 
-int32_t Fleet::capacity(int pool) const {
+int32_t Fleet::capacity(int pool, int model) const {
   int32_t c = 0;
   for (size_t w = 0; w < workers_.size(); ++w)
-    if (workers_[w].pool == pool && ws_[w].load.up) c += workers_[w].max_inflight;
+    if (workers_[w].pool == pool && workers_[w].model == model && ws_[w].load.up) c += workers_[w].max_inflight;
   return c;
 }
 
-int32_t Fleet::tier_inflight(int tier, int pool) const {
+int32_t Fleet::tier_inflight(int tier, int pool, int model) const {
   int32_t n = 0;
   for (size_t w = 0; w < workers_.size(); ++w)
-    if (workers_[w].pool == pool) n += ws_[w].by_tier[size_t(tier)];
+    if (workers_[w].pool == pool && workers_[w].model == model) n += ws_[w].by_tier[size_t(tier)];
   return n;
 }
+
+// A floor is whole slots, rounded down (a small epsilon for shares like 0.3 x 10): it never
+// claims a slot it is not owed, so in a pool of one slot there is no floor, only the tier
+// order and the max waits (a floor of half a slot cannot be kept slot by slot).
+int32_t Fleet::floor_slots(double share, int32_t cap) { return int32_t(std::floor(share * double(cap) + 1e-9)); }
 
 double Fleet::score(int w) const {
   const WorkerState& s = ws_[size_t(w)];
@@ -119,27 +126,37 @@ int Fleet::pick(const Queued& q, int tier, int pool, int model, bool borrowing) 
 
 bool Fleet::try_place(Queued& q, int tier, Actions& out) {
   const FleetTier& ft = tiers_[size_t(tier)];
+  // A pool after the first is a fallback only when an earlier one has workers for the model
+  // (a fleet without a dedicated pool serves the fast tier on the shared one as its own).
+  auto configured = [&](int pool, int model) {
+    for (const FleetWorker& fw : workers_)
+      if (fw.pool == pool && fw.model == model) return true;
+    return false;
+  };
   auto attempt = [&](int model, bool model_fallback) {
+    bool earlier = false;
     for (size_t i = 0; i < ft.pools.size(); ++i) {
       const int p = ft.pools[i];
-      const int32_t cap = capacity(p);
+      const bool fallback = earlier;
+      earlier = earlier || configured(p, model);
+      const int32_t cap = capacity(p, model);
       if (cap == 0) continue;
       // The cap holds while another tier that uses this pool waits; a promoted ticket's
       // wait is over and it goes past it.
-      if (!q.promoted && ft.share_max < 1 && tier_inflight(tier, p) >= int32_t(std::ceil(ft.share_max * cap)) &&
-          pool_has_owner_demand(p, tier))
+      if (!q.promoted && ft.share_max < 1 && tier_inflight(tier, p, model) >= int32_t(std::ceil(ft.share_max * cap)) &&
+          pool_has_owner_demand(p, tier, model))
         continue;
       const int w = pick(q, tier, p, model, false);
       if (w < 0) continue;
       Placement pl;
       pl.worker = w;
       pl.pool = p;
-      pl.pool_fallback = i > 0;
+      pl.pool_fallback = fallback;
       pl.model_fallback = model_fallback;
       return pl;
     }
     for (int p : ft.borrow) {
-      if (pool_has_owner_demand(p, tier)) continue;
+      if (pool_has_owner_demand(p, tier, model)) continue;
       const int w = pick(q, tier, p, model, true);
       if (w < 0) continue;
       Placement pl;
@@ -183,11 +200,11 @@ void Fleet::place_all(Actions& out) {
     std::vector<Head> heads;
     for (int t = 0; t < int(tiers_.size()); ++t) {
       const FleetTier& ft = tiers_[size_t(t)];
-      const bool below_floor =
-          ft.share_min > 0 && !ft.pools.empty() && tier_inflight(t, ft.pools[0]) < int32_t(std::ceil(ft.share_min * capacity(ft.pools[0])));
       for (int m = 0; m < n_models_; ++m) {
         const size_t li = size_t(t) * size_t(n_models_) + size_t(m);
         if (lines_[li].empty()) continue;
+        const bool below_floor = ft.share_min > 0 && !ft.pools.empty() &&
+                                 tier_inflight(t, ft.pools[0], m) < floor_slots(ft.share_min, capacity(ft.pools[0], m));
         const Queued& q = lines_[li].front();
         heads.push_back({below_floor ? 0 : 1, t, q.promoted ? 0 : 1, int64_t(q.id), li});
       }

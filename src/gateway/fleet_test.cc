@@ -81,6 +81,33 @@ TEST_F(FleetTest, FastTierUsesItsDedicatedPoolThenTheSharedOne) {
   EXPECT_EQ(led.started[3].pool, kShared);
 }
 
+// Floors are counted per model: the slot of another model's worker in the same pool is not
+// the standard tier's share, so a one-slot worker keeps the tier order (the floor rounds
+// down to no slot) and the fast request goes first when the slot frees.
+TEST_F(FleetTest, SharesAreCountedPerModelAndAOneSlotPoolKeepsTheTierOrder) {
+  make({{"a", kShared, 0, false, 1}, {"b", kShared, 1, false, 1}}, 2);
+  submit(0, kBatch, 0);
+  ASSERT_EQ(led.started.size(), 1u);
+  submit(1, kStd, 0);
+  submit(2, kFast, 0);
+  EXPECT_EQ(led.started.size(), 1u);
+  finish(0);
+  ASSERT_TRUE(led.started.count(2));
+  EXPECT_FALSE(led.started.count(1));
+  finish(2);
+  EXPECT_TRUE(led.started.count(1));
+  // The other model's worker served nothing of model 0.
+  for (const auto& [c, p] : led.started) EXPECT_EQ(p.worker, 0) << c;
+}
+
+TEST_F(FleetTest, WithoutADedicatedPoolTheSharedOneIsTheFastTiersOwn) {
+  make({{"s0", kShared, 0, true, 2}});
+  submit(0, kFast);
+  ASSERT_EQ(led.started.size(), 1u);
+  EXPECT_EQ(led.started[0].pool, kShared);
+  EXPECT_FALSE(led.started[0].pool_fallback);  // no dedicated worker exists: nothing to fall back from
+}
+
 TEST_F(FleetTest, StandardBorrowsTheIdleDedicatedPoolAndGivesItBackToAFastArrival) {
   make();
   for (int c = 0; c < 4; ++c) submit(c, kStd);  // the shared pool's 4 slots

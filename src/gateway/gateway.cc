@@ -579,11 +579,11 @@ void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude
     if (x->client_started) {
       x->out->send(server::sse_data(e.to_json()));
       x->out->send(std::string(server::kSseDone));
-      x->out->end();
+      end_to(x);
     } else {
       HttpResponse resp = server::error_response(e);
       resp.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
-      x->out->respond(std::move(resp));
+      respond_to(x, std::move(resp));
     }
     x->client_started = true;  // answered
     end_attempt(x);
@@ -606,9 +606,9 @@ void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude
     if (x->client_started) {
       x->out->send(server::sse_data(e.to_json()));
       x->out->send(std::string(server::kSseDone));
-      x->out->end();
+      end_to(x);
     } else {
-      x->out->respond(server::error_response(e));
+      respond_to(x, server::error_response(e));
       x->client_started = true;
     }
     end_attempt(x);
@@ -676,7 +676,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     if (retry) return submit(x, true, p.worker);
     lk.lock();
     x->status = 502;
-    x->out->respond(server::error_response(server::server_error(502, "worker " + wc.name + " has no address", "worker_error")));
+    respond_to(x, server::error_response(server::server_error(502, "worker " + wc.name + " has no address", "worker_error")));
     end_attempt(x);
     return;
   }
@@ -805,16 +805,16 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       if (x->client_started) {
         x->out->send(server::sse_data(err.to_json()));
         x->out->send(std::string(server::kSseDone));
-        x->out->end();
+        end_to(x);
       } else {
-        x->out->respond(server::error_response(err));
+        respond_to(x, server::error_response(err));
       }
       end_attempt(x);
       return;
     }
     if (x->stream && x->status == 200) {
       if (!x->sse_tail.empty()) x->out->send(std::move(x->sse_tail));  // a last event without its blank line
-      x->out->end();
+      end_to(x);
       end_attempt(x);
       return;
     }
@@ -870,26 +870,52 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     if (x->client_started) {  // a queued stream whose headers went out: the answer in-stream
       x->out->send(server::sse_data(r.body));
       x->out->send(std::string(server::kSseDone));
-      x->out->end();
+      end_to(x);
     } else {
-      x->out->respond(std::move(r));
+      respond_to(x, std::move(r));
     }
     end_attempt(x);
   };
   x->call = pool->send(std::move(req), std::move(h));
 }
 
-// Ends the exchange: the key's refund, the access line's fields, the ledger. Called with
-// x->mu held, once.
+// The access line's fields, before the response (or the stream's end) goes out: the line is
+// written then. Called with x->mu held.
+void Gateway::fill_record(Exchange& x) const {
+  if (x.completion_tokens < 0 && x.stream && x.status == 200) x.completion_tokens = x.content_chunks;
+  if (!x.rec) return;
+  x.rec->tier_served = cfg_.tiers[size_t(x.tier)].name;
+  x.rec->degraded_reason = x.degraded_reason;
+  x.rec->prompt_tokens = x.prompt_tokens;
+  if (x.completion_tokens >= 0) x.rec->completion_tokens = x.completion_tokens;
+  if (x.pl.worker >= 0) {
+    x.rec->queue_ms = double(x.pl.queue_ns) / 1e6;
+    x.rec->model = cfg_.workers[size_t(x.pl.worker)].model;
+  }
+  if (x.first_byte_ns) x.rec->ttft_ms = double(x.first_byte_ns - x.arrived_ns) / 1e6;
+}
+
+void Gateway::respond_to(const std::shared_ptr<Exchange>& x, HttpResponse r) {
+  fill_record(*x);
+  x->out->respond(std::move(r));
+}
+
+void Gateway::end_to(const std::shared_ptr<Exchange>& x) {
+  fill_record(*x);
+  x->out->end();
+}
+
+// Ends the exchange: the key's refund, the ledger. Called with x->mu held, once, after the
+// response went out (a client that went away is answered here).
 void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
   if (x->ended) return;
   x->ended = true;
   if (x->status == 499) {  // the client went away: the exchange still ends (and is logged)
     if (x->rec) x->rec->error_code = "cancelled";
-    if (x->client_started) x->out->end();
-    else x->out->respond(server::error_response(server::server_error(499, "the client closed the request", "cancelled")));
+    if (x->client_started) end_to(x);
+    else respond_to(x, server::error_response(server::server_error(499, "the client closed the request", "cancelled")));
   }
-  if (x->completion_tokens < 0 && x->stream && x->status == 200) x->completion_tokens = x->content_chunks;
+  fill_record(*x);
   if (x->key) {
     const int64_t used = x->completion_tokens >= 0 ? x->prompt_tokens + x->completion_tokens : x->charged_tokens;
     x->key->release(std::max<int64_t>(0, x->charged_tokens - used));
@@ -900,15 +926,6 @@ void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
   std::string outcome = x->status == 200 ? "ok" : x->status == 499 ? "cancelled" : x->status == 429 || x->status == 503 ? "rejected" : "error";
   if (x->status == 200 && x->rec && !x->rec->error_code.empty()) outcome = "error";
   registry_->counter(kRequests, {tier, model, outcome})->inc();
-  if (x->rec) {
-    x->rec->tier_served = cfg_.tiers[size_t(x->tier)].name;
-    x->rec->degraded_reason = x->degraded_reason;
-    x->rec->prompt_tokens = x->prompt_tokens;
-    if (x->completion_tokens >= 0) x->rec->completion_tokens = x->completion_tokens;
-    if (x->pl.worker >= 0) x->rec->queue_ms = double(x->pl.queue_ns) / 1e6;
-    if (x->first_byte_ns) x->rec->ttft_ms = double(x->first_byte_ns - x->arrived_ns) / 1e6;
-    if (x->pl.worker >= 0) x->rec->model = model;
-  }
   std::lock_guard<std::mutex> lk(live_mu_);
   live_.erase(x);
 }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 namespace ts::gateway {
 namespace {
 
@@ -56,6 +58,17 @@ TEST(GatewayConfig, FullFileAndDefaults) {
   EXPECT_EQ(c->router.rules[2].tiers, (std::vector<std::string>{"ultrafast"}));
   EXPECT_TRUE(c->router.fallback_when_saturated);
   EXPECT_EQ(c->router.tasks.count("code"), 1u);  // the built-in patterns
+  // Paths take ~/ and ${VAR} (the shipped config's model directory and classifier).
+  ::setenv("TS_GW_TEST_DIR", "/srv/m", 1);
+  auto e = parse_gateway_config(
+      "workers:\n  - {name: a, kind: local, model: m, path: '${TS_GW_TEST_DIR}/a.gguf'}\n"
+      "router:\n  classifier: {path: '${TS_GW_TEST_DIR}/c.json', labels: {x: m}}\n");
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  EXPECT_EQ(e->workers[0].path, "/srv/m/a.gguf");
+  EXPECT_EQ(e->router.classifier.path, "/srv/m/c.json");
+  auto unset = parse_gateway_config("workers:\n  - {name: a, kind: local, model: m, path: '${TS_GW_TEST_UNSET}/a'}\n");
+  ASSERT_FALSE(unset.is_ok());
+  EXPECT_NE(unset.status().message().find("workers[0].path"), std::string::npos) << unset.status().message();
   auto hp = parse_http_url("http://10.0.0.2:8080/");
   ASSERT_TRUE(hp.is_ok());
   EXPECT_EQ(hp->host, "10.0.0.2");

@@ -142,6 +142,35 @@ struct AppTest : ::testing::Test {
   std::unique_ptr<App> app;
 };
 
+// model.system_prompt goes in front of chat requests without a system message (and only
+// those); model.sampling fills the sampling fields a request leaves out, and only those.
+TEST_F(AppTest, OperatorSystemPromptAndSamplingDefaults) {
+  ServerConfig c;
+  c.model.system_prompt = "Be brief.";
+  c.model.sampling.temperature = 0.2;
+  c.model.sampling.top_p = 0.9;
+  c.model.sampling.top_k = 20;
+  make(c);
+  call(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})"));
+  call(post("/v1/chat/completions",
+            R"({"messages":[{"role":"system","content":"Mine."},{"role":"user","content":"hi"}],"max_tokens":2,"temperature":1.5,"top_k":0})"));
+  ASSERT_EQ(backend.reqs.size(), 2u);
+  const std::string p0(backend.reqs[0].prompt.begin(), backend.reqs[0].prompt.end());
+  const std::string p1(backend.reqs[1].prompt.begin(), backend.reqs[1].prompt.end());
+  EXPECT_EQ(p0, "system: Be brief.\nuser: hi\nassistant: ");
+  EXPECT_EQ(p1, "system: Mine.\nuser: hi\nassistant: ");
+  EXPECT_FLOAT_EQ(backend.reqs[0].sampling.temperature, 0.2f);
+  EXPECT_FLOAT_EQ(backend.reqs[0].sampling.top_p, 0.9f);
+  EXPECT_EQ(backend.reqs[0].sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(backend.reqs[1].sampling.temperature, 1.5f);  // the request's own values win
+  EXPECT_FLOAT_EQ(backend.reqs[1].sampling.top_p, 0.9f);
+  EXPECT_EQ(backend.reqs[1].sampling.top_k, 0);
+  // /tokenize renders the chat the same way.
+  auto t = call(post("/tokenize", R"({"messages":[{"role":"user","content":"hi"}]})"));
+  EXPECT_EQ(t->resp.status, 200) << t->resp.body;
+  EXPECT_EQ(t->body()["count"].get<int64_t>(), int64_t(p0.size())) << t->resp.body;
+}
+
 TEST_F(AppTest, CompletionNonStreamed) {
   make();
   auto rec = call(post("/v1/completions", R"({"prompt":"abcd","max_tokens":5,"temperature":0,"seed":3,"stop":"x"})"));

@@ -263,6 +263,7 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   lim.max_stop_strings = cfg_.limits.max_stop_strings;
   lim.max_messages = cfg_.limits.max_messages;
   lim.max_json_depth = cfg_.limits.max_json_depth;
+  lim.defaults = cfg_.model.sampling;
   CompletionRequest r;
   if (auto e = parse_completion_request(req.body, ep, lim, r)) {
     out->respond(error_response(*e));

@@ -121,8 +121,28 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node m = root["model"]) {
-    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name", "system_prompt"});
+    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name", "system_prompt", "sampling"});
     if (m["system_prompt"]) c.model.system_prompt = get_str(m["system_prompt"], "model.system_prompt");
+    if (const YAML::Node sm = m["sampling"]) {
+      check_keys(sm, "model.sampling", {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"});
+      SamplingDefaults& d = c.model.sampling;
+      auto in = [&](const char* k, double lo, double hi, double& v) {  // lo and hi are whole or 0.01
+        auto num = [](double x) {
+          std::ostringstream o;
+          o << x;
+          return o.str();
+        };
+        if (!sm[k]) return;
+        const std::string path = std::string("model.sampling.") + k;
+        v = get_double(sm[k], path);
+        if (v < lo || v > hi) fail(path, "expected a value in [" + num(lo) + ", " + num(hi) + "]");
+      };
+      in("temperature", 0.0, 2.0, d.temperature);
+      in("top_p", 0.0, 1.0, d.top_p);
+      in("min_p", 0.0, 1.0, d.min_p);
+      in("repetition_penalty", 0.01, 10.0, d.repetition_penalty);
+      if (sm["top_k"]) d.top_k = int32_t(get_int(sm["top_k"], "model.sampling.top_k", 0, 1 << 30));
+    }
     if (const YAML::Node n = m["served_name"]) {
       c.model.served_names = get_str_or_list(n, "model.served_name");
       for (const auto& name : c.model.served_names)
@@ -491,6 +511,11 @@ std::string to_yaml(const ServerConfig& c) {
     out << YAML::EndSeq;
   }
   if (!c.model.system_prompt.empty()) out << YAML::Key << "system_prompt" << YAML::Value << c.model.system_prompt;
+  const SamplingDefaults& sd = c.model.sampling;
+  out << YAML::Key << "sampling" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "temperature" << YAML::Value
+      << sd.temperature << YAML::Key << "top_p" << YAML::Value << sd.top_p << YAML::Key << "top_k" << YAML::Value << sd.top_k
+      << YAML::Key << "min_p" << YAML::Value << sd.min_p << YAML::Key << "repetition_penalty" << YAML::Value
+      << sd.repetition_penalty << YAML::EndMap;
   out << YAML::EndMap;
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_bytes" << YAML::Value
       << c.engine.kv_bytes << YAML::Key << "block_size" << YAML::Value << c.engine.block_size << YAML::Key

@@ -159,6 +159,9 @@ TEST(ServerConfig, BadFilesNameTheProblem) {
       {"http: {max_conections: 5}", "http.max_conections: unknown key"},
       {"speculative: {max_drafts: 65}", "speculative.max_drafts"},
       {"speculative: {drafts: 2}", "speculative.drafts: unknown key"},
+      {"model: {sampling: {temperature: 3}}", "model.sampling.temperature: expected a value in [0, 2]"},
+      {"model: {sampling: {top_p: hot}}", "model.sampling.top_p"},
+      {"model: {sampling: {tempo: 1}}", "model.sampling.tempo: unknown key"},
   };
   for (const Bad& b : cases) {
     auto c = parse_config(b.yaml, "test.yaml");
@@ -235,18 +238,25 @@ TEST(ServerConfigLayers, SetAndEnvironmentOverrideTheFile) {
   EXPECT_EQ(c->http.threads, 3);               // the file
   EXPECT_DOUBLE_EQ(c->sched.tiers[1].share_min, 0.4);
   std::vector<ConfigOverride> sets = {*parse_set("scheduler.step_token_budget=auto"), *parse_set("log.format=json"),
-                                      *parse_set("model.served_name=[a, b]"), *parse_set("tiers.ultrafast.max_queue_wait_ms=50")};
+                                      *parse_set("model.served_name=[a, b]"), *parse_set("tiers.ultrafast.max_queue_wait_ms=50"),
+                                      *parse_set("model.system_prompt=You are a helpful assistant."),
+                                      *parse_set("model.sampling.temperature=0.2")};
   c = load_layered_config(path, from_env, sets);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->sched.step_token_budget, 0);     // the command line over the environment ("auto")
   EXPECT_EQ(c->log.format, "json");
   EXPECT_EQ(c->model.served_names, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(c->sched.tiers[0].max_queue_wait_ms, 50);
+  EXPECT_EQ(c->model.system_prompt, "You are a helpful assistant.");
+  EXPECT_DOUBLE_EQ(c->model.sampling.temperature, 0.2);
+  EXPECT_DOUBLE_EQ(c->model.sampling.top_p, 1.0);
   // --print-config shows the result: it round-trips.
   auto again = parse_config(to_yaml(*c));
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_EQ(again->model.served_names, c->model.served_names);
   EXPECT_EQ(again->log.format, "json");
+  EXPECT_DOUBLE_EQ(again->model.sampling.temperature, 0.2);
+  EXPECT_EQ(again->model.system_prompt, c->model.system_prompt);
 }
 
 TEST(ServerConfigLayers, BadKeysAndValuesNameWhereTheyCameFrom) {

@@ -351,6 +351,11 @@ int32_t json_depth(std::string_view s, int32_t limit) {
 std::optional<ApiError> parse_completion_request(std::string_view body, Endpoint ep, const RequestLimits& limits,
                                                  CompletionRequest& out) {
   out = CompletionRequest{};
+  out.temperature = limits.defaults.temperature;
+  out.top_p = limits.defaults.top_p;
+  out.top_k = limits.defaults.top_k;
+  out.min_p = limits.defaults.min_p;
+  out.repetition_penalty = limits.defaults.repetition_penalty;
   if (body.empty()) return bad_request("the request body is empty (expected a JSON object)", "", "invalid_json");
   // A NUL byte is never valid JSON text, and the JSON reader would take it for the end of
   // the input (accepting whatever follows it).

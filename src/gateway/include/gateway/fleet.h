@@ -3,11 +3,13 @@
 // request ended, reports worker health and load, and calls tick() every few milliseconds.
 //
 // Slots. A worker takes at most max_inflight requests from the gateway at once; the rest
-// wait here, one queue per tier and model. A pool's capacity is the slots of its workers
-// that are up.
+// wait here, one queue per tier and model. A pool's capacity for a model is the slots of
+// its workers of that model that are up; floors, caps and borrowing are counted per pool and
+// model.
 //
 // Placement, whenever a slot frees or a ticket arrives: the queue heads in order — tiers
-// below their floor on their own pool first (share_min of its slots), then by tier order
+// below their floor on their own pool first (share_min of its slots, rounded down to whole
+// slots), then by tier order
 // (promoted tickets first within a tier), then by arrival — each placed on the least loaded
 // worker with a free slot that serves its model (ties taken in turn):
 //   1. in the tier's pools, in order (a pool after the first is a pool fallback, said in
@@ -146,10 +148,11 @@ class Fleet {
 
   std::deque<Queued>& line(int tier, int model) { return lines_[size_t(tier) * size_t(n_models_) + size_t(model)]; }
   bool owns(int tier, int pool) const;
-  bool pool_has_owner_demand(int pool, int except_tier) const;
-  int32_t capacity(int pool) const;
-  int32_t tier_inflight(int tier, int pool) const;
+  bool pool_has_owner_demand(int pool, int except_tier, int model) const;
+  int32_t capacity(int pool, int model) const;
+  int32_t tier_inflight(int tier, int pool, int model) const;
   bool can_ever_serve(const Ticket& t) const;
+  static int32_t floor_slots(double share, int32_t cap);
   double score(int w) const;
   // The best worker for the ticket on `pool` for `model`, or -1.
   int pick(const Queued& q, int tier, int pool, int model, bool borrowing) const;

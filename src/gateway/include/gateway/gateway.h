@@ -86,6 +86,9 @@ class Gateway {
   void start_attempt(const std::shared_ptr<Exchange>& x, const Placement& p);
   void submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude_worker);
   void end_attempt(const std::shared_ptr<Exchange>& x);
+  void fill_record(Exchange& x) const;
+  void respond_to(const std::shared_ptr<Exchange>& x, server::HttpResponse r);
+  void end_to(const std::shared_ptr<Exchange>& x);
   void abort_calls_on(int worker);
   void ticker();
   std::optional<std::string> resolve_tier(const std::string& asked) const;

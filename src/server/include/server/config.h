@@ -31,6 +31,7 @@
 
 #include "core/status.h"
 #include "sched/config.h"
+#include "server/openai_request.h"
 
 namespace ts::server {
 
@@ -103,6 +104,9 @@ struct ModelConfig {
   // template's own default applies, when it has one). Small chat models often answer
   // better with a plain one than with their template's default.
   std::string system_prompt;
+  // Sampling for requests that leave a field out (YAML: temperature, top_p, top_k, min_p,
+  // repetition_penalty; OpenAI's defaults otherwise): a small model's recommended settings.
+  SamplingDefaults sampling;
 };
 
 struct MetricsConfig {

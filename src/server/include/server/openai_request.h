@@ -28,12 +28,24 @@ namespace ts::server {
 
 enum class Endpoint : uint8_t { kChat, kCompletions };
 
+// Sampling for the fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1,
+// the rest off) unless the server's config sets the model's own (model.sampling), as a
+// model's generation config does elsewhere.
+struct SamplingDefaults {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int32_t top_k = 0;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+};
+
 struct RequestLimits {
   int64_t max_tokens_cap = 1 << 20;  // largest max_tokens accepted
   int32_t max_stop_strings = 16;
   int32_t max_messages = 1024;
   int32_t max_json_depth = 64;
   int32_t max_logit_bias = 1024;  // entries of logit_bias
+  SamplingDefaults defaults;       // for the sampling fields a request leaves out
 };
 
 struct CompletionRequest {
@@ -43,7 +55,7 @@ struct CompletionRequest {
   std::string prompt;                      // kCompletions: text, or
   std::vector<int32_t> prompt_tokens;      // kCompletions: token ids (ids >= 0; the vocabulary is checked later)
   std::optional<int64_t> max_tokens;       // >= 1 and <= the cap when given
-  // Sampling, with OpenAI's defaults (temperature 1, top_p 1, the rest off).
+  // Sampling: RequestLimits::defaults for what the request leaves out.
   double temperature = 1.0;
   double top_p = 1.0;
   int32_t top_k = 0;
