@@ -20,6 +20,8 @@
 #             when $TIERSERVE, default build/bin/tierserve, exists)
 #   --with-server  also build llama-server (for `tierserve bench --compare-url`), without
 #             its web UI (LLAMA_USE_PREBUILT_UI=OFF: nothing is downloaded)
+#   --server-only  build only llama-server, with GCC (build/peer/gcc/bin/llama-server: the
+#             gateway's tests run it as a worker), and skip the report
 # Environment: PEER_PIN (llama-cpp-python version, default 0.3.36), PEER_DIR (default
 # build/peer), PIP (default .venv/bin/pip, else python3 -m pip).
 # Nothing is fetched once build/peer/sdist holds the sdist.
@@ -33,6 +35,7 @@ JOBS=$(nproc)
 MODEL=""
 TARGETS=(llama-bench llama-batched-bench llama-completion)
 SERVER=OFF
+SERVER_ONLY=0
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -40,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) JOBS=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
     --with-server) SERVER=ON; TARGETS+=(llama-server); shift ;;
+    --server-only) SERVER=ON; TARGETS=(llama-server); VARIANTS=gcc; SERVER_ONLY=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "peer.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -147,6 +151,16 @@ build_variant() {
   if [[ $rc -ne 0 ]]; then grep -E "error|FAILED" "$dir.build.log" | head -20 >&2; exit 1; fi
   log "$v: built"
 }
+
+if [[ $SERVER_ONLY == 1 ]]; then
+  if [[ -x $PEER_DIR/gcc/bin/llama-server && $PEER_DIR/gcc/bin/llama-server -nt $SRC/CMakeLists.txt ]]; then
+    log "llama-server up to date: $PEER_DIR/gcc/bin/llama-server"
+  else
+    build_variant gcc
+  fi
+  echo "$PEER_DIR/gcc/bin/llama-server"
+  exit 0
+fi
 
 # --- 4. report -----------------------------------------------------------------------
 cpu_amx=$(grep -m1 -o -w -E 'amx_(tile|int8)' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs and runs it: Debian packages, a Release build,
-# the default model and the Python environment (openai SDK), every CTest test (twice: the
+# the default models, the Python environment (openai SDK), llama-server built from the
+# pinned llama.cpp, every CTest test (twice: the
 # second time with the AMX kernels emulated), then the GGUF and HTTP-request parser
 # fuzzers for a bounded time each (scripts/fuzz.sh).
 set -euo pipefail
@@ -10,8 +11,11 @@ bash scripts/build.sh
 # The default model's golden tests need the model: install it, and fail (not skip) without it.
 bash scripts/setup-model.sh > /dev/null
 bash scripts/python-env.sh
-# In CI nothing optional may be skipped: the default model, the openai SDK, headless Chromium.
-export TIERSERVE_REQUIRE_DEFAULT_MODEL=1 TIERSERVE_REQUIRE_OPENAI=1 TIERSERVE_REQUIRE_CHROMIUM=1
+# llama.cpp's server from the pinned source: a worker kind the gateway's tests run.
+bash bench/peer.sh --server-only --jobs "${JOBS:-2}" > /dev/null
+# In CI nothing optional may be skipped: the default models, the openai SDK, headless
+# Chromium, llama-server.
+export TIERSERVE_REQUIRE_DEFAULT_MODEL=1 TIERSERVE_REQUIRE_OPENAI=1 TIERSERVE_REQUIRE_CHROMIUM=1 TIERSERVE_REQUIRE_LLAMA_SERVER=1
 echo "[test] running ctest"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 # The machines this runs on have no AMX: the whole suite again with the AMX kernels' tile
