@@ -515,7 +515,8 @@ TEST(Gateway, EachWorkerKindGetsTheTierInItsTermsAndKeysAreLimitedOnce) {
       "  - {name: v, kind: vllm, model: big, upstream_model: meta/llama-big, url: " + url(vllm) + "}\n"
       "  - {name: l, kind: llama.cpp, model: small, url: " + url(llama) + "}\n"
       "  - {name: t, kind: tierserve, model: mid, url: " + url(ts) + "}\n" + kHealth +
-      "keys:\n  - {name: k, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-gw-test", kWork) + ", requests_per_min: 3}\n";
+      "keys:\n  - {name: k, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-gw-test", kWork) + ", requests_per_min: 3}\n"
+      "  - {name: std, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-gw-std", kWork) + ", tiers: [standard, batch]}\n";
   ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/kinds.d"})) << g.stderr_text();
   const HeaderList auth = {{"Authorization", "Bearer sk-gw-test"}};
   ASSERT_TRUE(wait_up(g.port(), {}, 60000, auth)) << g.stderr_text();
@@ -544,6 +545,13 @@ TEST(Gateway, EachWorkerKindGetsTheTierInItsTermsAndKeysAreLimitedOnce) {
   EXPECT_EQ(body_json(r)["error"]["code"], "rate_limit_exceeded") << r.body;
   EXPECT_EQ(vllm.completions() + llama.completions() + ts.completions(), before);
   EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false)).status, 401);
+  // A key without the fast tier asking for it: served on standard, said.
+  r = http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false, "priority"), {{"Authorization", "Bearer sk-gw-std"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-tier-requested"), "ultrafast");
+  EXPECT_EQ(r.header("x-tierserve-tier-served"), "standard");
+  EXPECT_EQ(r.header("x-tierserve-degraded-reason"), "not_entitled");
+  EXPECT_EQ(json::parse(ts.last_body())["service_tier"], "standard");
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 

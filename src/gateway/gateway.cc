@@ -452,23 +452,10 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
   std::string tier = requested;
   if (key && !key->allows_tier(requested)) {
     if (cfg_.on_unentitled == server::OnUnentitled::kReject) {
-      ApiError e;
-      e.status = 403;
-      e.type = "permission_error";
-      e.code = "tier_not_entitled";
-      e.param = "service_tier";
-      e.message = "this API key may not use tier '" + requested + "'";
-      out->respond(server::error_response(e));
+      out->respond(server::error_response(server::tier_not_entitled(requested)));
       return;
     }
-    std::string below, any;
-    int below_p = 1 << 30, any_p = 1 << 30;
-    for (const auto& t : key->config().tiers) {
-      const int p = tier_priority(t);
-      if (p >= tier_priority(requested) && p < below_p) below = t, below_p = p;
-      if (p < any_p) any = t, any_p = p;
-    }
-    tier = !below.empty() ? below : !key->config().default_tier.empty() ? key->config().default_tier : any;
+    tier = key->served_tier(requested, [this](const std::string& t) { return tier_priority(t); });
     x->degraded_reason = "not_entitled";
     registry_->counter(kDegradations, {requested, tier, "not_entitled"})->inc();
   }
@@ -572,21 +559,7 @@ void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude
     if (!x) return;
     std::lock_guard<std::mutex> lk(x->mu);
     x->queued = false;
-    if (x->ended) return;
-    const ApiError e = refusal_error(r, msg);
-    x->status = e.status;
-    if (x->rec) x->rec->error_code = e.code;
-    if (x->client_started) {
-      x->out->send(server::sse_data(e.to_json()));
-      x->out->send(std::string(server::kSseDone));
-      end_to(x);
-    } else {
-      HttpResponse resp = server::error_response(e);
-      resp.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
-      respond_to(x, std::move(resp));
-    }
-    x->client_started = true;  // answered
-    end_attempt(x);
+    if (!x->ended) refuse(x, refusal_error(r, msg));
   };
   t.on_tier_changed = [this, weak](int from, int to, const std::string& reason) {
     auto x = weak.lock();
@@ -599,19 +572,7 @@ void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude
   const Fleet::Submitted s = fleet_->submit(std::move(t));
   std::lock_guard<std::mutex> lk(x->mu);
   if (!s.accepted) {
-    if (x->ended) return;
-    const ApiError e = refusal_error(s.why, s.message);
-    x->status = e.status;
-    if (x->rec) x->rec->error_code = e.code;
-    if (x->client_started) {
-      x->out->send(server::sse_data(e.to_json()));
-      x->out->send(std::string(server::kSseDone));
-      end_to(x);
-    } else {
-      respond_to(x, server::error_response(e));
-      x->client_started = true;
-    }
-    end_attempt(x);
+    if (!x->ended) refuse(x, refusal_error(s.why, s.message));
     return;
   }
   if (!x->placed && !x->ended) {
@@ -893,6 +854,24 @@ void Gateway::fill_record(Exchange& x) const {
     x.rec->model = cfg_.workers[size_t(x.pl.worker)].model;
   }
   if (x.first_byte_ns) x.rec->ttft_ms = double(x.first_byte_ns - x.arrived_ns) / 1e6;
+}
+
+// Ends a request the fleet refused: the error in-stream when its headers went out already
+// (a queued stream), else as the response. Called with x->mu held.
+void Gateway::refuse(const std::shared_ptr<Exchange>& x, const ApiError& e) {
+  x->status = e.status;
+  if (x->rec) x->rec->error_code = e.code;
+  if (x->client_started) {
+    x->out->send(server::sse_data(e.to_json()));
+    x->out->send(std::string(server::kSseDone));
+    end_to(x);
+  } else {
+    HttpResponse resp = server::error_response(e);
+    resp.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+    respond_to(x, std::move(resp));
+    x->client_started = true;
+  }
+  end_attempt(x);
 }
 
 void Gateway::respond_to(const std::shared_ptr<Exchange>& x, HttpResponse r) {

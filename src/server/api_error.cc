@@ -58,4 +58,14 @@ ApiError server_error(int status, std::string message, std::string code) {
   return e;
 }
 
+ApiError tier_not_entitled(const std::string& tier) {
+  ApiError e;
+  e.status = 403;
+  e.type = "permission_error";
+  e.code = "tier_not_entitled";
+  e.param = "service_tier";
+  e.message = "this API key may not use tier '" + tier + "'";
+  return e;
+}
+
 }  // namespace ts::server

@@ -1,5 +1,7 @@
 #include "server/auth.h"
 
+#include <climits>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -62,6 +64,19 @@ KeyState::KeyState(KeyConfig cfg, const Clock& clock)
 
 bool KeyState::allows_tier(const std::string& tier) const {
   return cfg_.tiers.empty() || std::find(cfg_.tiers.begin(), cfg_.tiers.end(), tier) != cfg_.tiers.end();
+}
+
+std::string KeyState::served_tier(const std::string& requested,
+                                  const std::function<int32_t(const std::string&)>& priority) const {
+  const int32_t want = priority(requested);
+  std::string below, any;
+  int32_t below_p = INT32_MAX, any_p = INT32_MAX;
+  for (const auto& t : cfg_.tiers) {
+    const int32_t p = priority(t);
+    if (p >= want && p < below_p) below = t, below_p = p;
+    if (p < any_p) any = t, any_p = p;
+  }
+  return !below.empty() ? below : !cfg_.default_tier.empty() ? cfg_.default_tier : any;
 }
 
 RateLimitInfo KeyState::info_locked(int64_t now) {

@@ -299,25 +299,10 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   std::string entitlement_reason;
   if (key && !key->allows_tier(requested)) {
     if (cfg_.on_unentitled == OnUnentitled::kReject) {
-      ApiError e;
-      e.status = 403;
-      e.type = "permission_error";
-      e.code = "tier_not_entitled";
-      e.param = "service_tier";
-      e.message = "this API key may not use tier '" + requested + "'";
-      out->respond(error_response(e));
+      out->respond(error_response(tier_not_entitled(requested)));
       return;
     }
-    // The best allowed tier below the requested one, else the key's default / best tier.
-    const int32_t want = tier_priority(requested);
-    std::string below, any;
-    int32_t below_p = INT32_MAX, any_p = INT32_MAX;
-    for (const auto& t : key->config().tiers) {
-      const int32_t p = tier_priority(t);
-      if (p >= want && p < below_p) below = t, below_p = p;
-      if (p < any_p) any = t, any_p = p;
-    }
-    tier = !below.empty() ? below : !key->config().default_tier.empty() ? key->config().default_tier : any;
+    tier = key->served_tier(requested, [this](const std::string& t) { return tier_priority(t); });
     entitlement_reason = "not_entitled";
     count_degradation(requested, tier, entitlement_reason);
   }

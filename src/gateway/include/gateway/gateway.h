@@ -39,6 +39,7 @@
 #include "gateway/route.h"
 #include "gateway/workers.h"
 #include "metrics/registry.h"
+#include "server/api_error.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/router.h"
@@ -87,6 +88,7 @@ class Gateway {
   void submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude_worker);
   void end_attempt(const std::shared_ptr<Exchange>& x);
   void fill_record(Exchange& x) const;
+  void refuse(const std::shared_ptr<Exchange>& x, const server::ApiError& e);
   void respond_to(const std::shared_ptr<Exchange>& x, server::HttpResponse r);
   void end_to(const std::shared_ptr<Exchange>& x);
   void abort_calls_on(int worker);

@@ -25,5 +25,7 @@ ApiError not_found_error(std::string message);
 ApiError server_error(int status, std::string message, std::string code);
 // 404 model_not_found, OpenAI's answer to an unknown "model".
 ApiError model_not_found(const std::string& name);
+// 403 permission_error tier_not_entitled (param service_tier): the key may not use `tier`.
+ApiError tier_not_entitled(const std::string& tier);
 
 }  // namespace ts::server

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +71,10 @@ class KeyState {
   const KeyConfig& config() const { return cfg_; }
   bool has_limits() const { return cfg_.requests_per_min > 0 || cfg_.tokens_per_min > 0 || cfg_.max_concurrent > 0; }
   bool allows_tier(const std::string& tier) const;
+  // The tier a request that asked for a tier this key may not use is served on: the best
+  // allowed one below it, else the key's default tier, else its best one. `priority` gives a
+  // tier's rank (0 first).
+  std::string served_tier(const std::string& requested, const std::function<int32_t(const std::string&)>& priority) const;
 
   // Charges one request and `tokens`, and takes a concurrency slot, or charges nothing.
   Admission admit(int64_t tokens);
