@@ -421,6 +421,8 @@ TEST(Gateway, KillNineUnderLoadLosesNothingAndTheWorkerComesBack) {
   for (size_t p = 0; (p = err.find(" access request_id=", p)) != std::string::npos; ++p)
     access += err.compare(err.find("route=", p), 28, "route=\"POST /v1/completions\"") == 0;
   EXPECT_EQ(access, kClients * kPerClient) << err.substr(0, 2000);
+  // Each worker's load as read from its /metrics is in the stats.
+  EXPECT_TRUE(s0["workers"][0]["load"].contains("kv_usage")) << s0.dump();
   // The worker is restarted and serves again.
   ASSERT_TRUE(wait_up(g.port(), {"w1"}, 60000)) << g.stderr_text();
   const json s1 = stats(g.port());

@@ -996,6 +996,7 @@ void Gateway::stats(std::shared_ptr<Responder> out) const {
                        {"restarts", w.restarts},
                        {"health_failures", w.health_failures},
                        {"inflight", inflight[i]},
+                       {"load", {{"waiting", w.load.waiting}, {"running", w.load.running}, {"kv_usage", w.load.kv_usage}}},
                        {"last_error", w.last_error}});
   }
   json queued = json::object();

@@ -53,7 +53,10 @@ WorkerLoad parse_worker_metrics(std::string_view text) {
   };
   l.waiting = first({"tierserve_num_requests_waiting", "vllm:num_requests_waiting", "llamacpp:requests_deferred"});
   l.running = first({"tierserve_num_requests_running", "vllm:num_requests_running", "llamacpp:requests_processing"});
-  l.kv_usage = std::clamp(first({"tierserve_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"}), 0.0, 1.0);
+  // vLLM's "perc" gauges are fractions (0..1); gpu_cache_usage_perc is the name before v1.
+  l.kv_usage = std::clamp(first({"tierserve_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                                 "llamacpp:kv_cache_usage_ratio"}),
+                          0.0, 1.0);
   return l;
 }
 
@@ -349,6 +352,7 @@ std::vector<WorkerSet::Info> WorkerSet::info() const {
     i.restarts = w->restarts;
     i.health_failures = w->health_failures;
     i.last_error = w->last_error;
+    i.load = w->load;
     out.push_back(std::move(i));
   }
   return out;

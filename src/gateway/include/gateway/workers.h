@@ -43,6 +43,7 @@ class WorkerSet {
     int64_t restarts = 0;
     int64_t health_failures = 0;
     std::string last_error;
+    WorkerLoad load;          // from its last /metrics read
   };
 
   WorkerSet(const GatewayConfig& cfg, boost::asio::io_context& io, Fleet& fleet, std::string serve_binary,
