@@ -231,9 +231,10 @@ TEST(Gateway, RoutesByNameAndByTheRouterAndStreamsThrough) {
   prepare();
   ServerProcess g(kWork, "routes");
   const std::string cfg = "workers:\n" + local_worker("story", "stories", kStories, "shared") +
-                          local_worker("slow", "slow", kSlow, "shared") + kHealth +
+                          local_worker("slow", "slow", kSlow, "shared", 1) + kHealth +
                           "router:\n  rules:\n    - {name: code, task: code, target: slow}\n"
-                          "    - {name: long, min_prompt_tokens: 40, target: slow}\n  default: stories\n";
+                          "    - {name: long, min_prompt_tokens: 40, target: slow}\n  default: stories\n"
+                          "  on_saturated: fallback\n  fallback: {slow: stories}\n";
   ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/routes.d"})) << g.stderr_text();
   ASSERT_TRUE(wait_up(g.port())) << g.stderr_text();
   // /v1/models: the union and the router's model.
@@ -280,9 +281,26 @@ TEST(Gateway, RoutesByNameAndByTheRouterAndStreamsThrough) {
   EXPECT_EQ(body_json(r)["error"]["code"], "model_not_found");
   EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{not json").status, 400);
   EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("stories", "x", 1, false, "platinum")).status, 400);
+  // The chosen model saturated (its one slot held by a long stream): the router's request
+  // falls back to the other model, said as a degradation.
+  {
+    OpenRequest hold(g.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 2000, true, "", true));
+    ASSERT_TRUE(hold.read_until("data: ")) << hold.raw();
+    r = http(g.port(), "POST", "/v1/chat/completions",
+             json{{"model", "auto"}, {"messages", {{{"role", "user"}, {"content", "Write a Python function that adds"}}}},
+                  {"max_tokens", 4}}
+                 .dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-tierserve-route"), "rule:code");
+    EXPECT_EQ(r.header("x-tierserve-model-served"), "stories");
+    EXPECT_EQ(r.header("x-tierserve-degraded-reason"), "model_fallback");
+    EXPECT_EQ(body_json(r)["model"], "stories");
+    hold.close();
+  }
   // The decisions are counted.
   const std::string m = http(g.port(), "GET", "/metrics").body;
-  EXPECT_EQ(metric_sum(m, "tierserve_route_decisions_total{router=\"auto\",target=\"slow\",reason=\"rule\"}"), 1) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_route_decisions_total{router=\"auto\",target=\"slow\",reason=\"rule\"}"), 2) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_degradations_total{tier_requested=\"standard\",tier_served=\"standard\",reason=\"model_fallback\"}"), 1) << m;
   EXPECT_EQ(metric_sum(m, "tierserve_route_decisions_total{router=\"auto\",target=\"stories\",reason=\"default\"}"), 1);
   // SIGTERM: the gateway drains and stops its workers.
   const json s = stats(g.port());
