@@ -7,7 +7,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libboost1.81-dev libyaml-cpp-dev
+  libboost1.81-dev libyaml-cpp-dev libhiredis-dev
+  redis-server
   chromium
   clang libclang-rt-14-dev
   python3 python3-venv python3-pip

@@ -669,6 +669,136 @@ TEST(Gateway, LlamaServerAsAWorkerWithTheTierOrderKeptByTheGateway) {
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 
+// Redis (Debian's redis-server, started here on a free loopback port, no persistence).
+// Required where TIERSERVE_REQUIRE_REDIS=1 (CI).
+std::string redis_server_bin() {
+  if (const char* e = std::getenv("TIERSERVE_REDIS_SERVER"); e && *e) return e;
+  return "/usr/bin/redis-server";
+}
+
+struct Redis {
+  int port = 0;
+  pid_t pid = -1;
+  bool start(const std::string& name) { return start_on(free_port(), name); }
+  bool start_on(int p, const std::string& name) {
+    port = p;
+    pid = testing_proc::spawn({redis_server_bin(), "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"},
+                              kWork + "/" + name + ".out", kWork + "/" + name + ".err");
+    for (int i = 0; i < 200; ++i) {
+      const int fd = connect_to(port);
+      if (fd >= 0) {
+        ::close(fd);
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  void stop() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    int st;
+    ::waitpid(pid, &st, 0);
+    pid = -1;
+  }
+  ~Redis() { stop(); }
+};
+
+bool have_redis() {
+  if (::access(redis_server_bin().c_str(), X_OK) == 0) return true;
+  const char* req = std::getenv("TIERSERVE_REQUIRE_REDIS");
+  if (req && std::string(req) == "1") ADD_FAILURE() << "redis-server is not installed (scripts/deps.sh installs it)";
+  return false;
+}
+
+// Two gateway replicas share a key's limits through one Redis: of 2N requests spread over
+// both, exactly N (its requests per minute) are admitted; a concurrency slot taken on one
+// replica is seen by the other and freed when the request ends. Redis gone: the fail-closed
+// replica refuses with 503 limits_unavailable, the fail-open one limits locally and says so;
+// both recover by themselves when Redis is back, and a key of the wrong type in Redis is an
+// explicit, counted error.
+TEST(Gateway, TwoReplicasShareAKeysLimitsInRedis) {
+  prepare();
+  if (!have_redis()) GTEST_SKIP() << "no redis-server";
+  Redis redis;
+  ASSERT_TRUE(redis.start("redis")) << testing_proc::slurp(kWork + "/redis.err");
+  ServerProcess worker(kWork, "shared-worker");
+  ASSERT_TRUE(worker.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kSlow + "', threads: 1, served_name: slow}\n", {})) << worker.stderr_text();
+  const std::string keys = "keys:\n  - {name: n, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-n", kWork) + ", requests_per_min: 6}\n"
+                           "  - {name: c, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-c", kWork) + ", max_concurrent: 1}\n"
+                           "  - {name: w, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-w", kWork) + ", requests_per_min: 100}\n";
+  auto cfg = [&](const char* on_error) {
+    return "workers:\n  - {name: w, kind: tierserve, model: slow, url: 'http://127.0.0.1:" + std::to_string(worker.port()) +
+           "'}\n" + kHealth + keys + "redis: {host: 127.0.0.1, port: " + std::to_string(redis.port) + ", timeout_ms: 200, on_error: " +
+           on_error + "}\n";
+  };
+  ServerProcess a(kWork, "replica-a"), b(kWork, "replica-b");
+  ASSERT_TRUE(a.start_command(TS_TIERSERVE_BIN, "gateway", cfg("closed"), {"--work-dir", kWork + "/replica-a.d"})) << a.stderr_text();
+  ASSERT_TRUE(b.start_command(TS_TIERSERVE_BIN, "gateway", cfg("open"), {"--work-dir", kWork + "/replica-b.d"})) << b.stderr_text();
+  const HeaderList kn = {{"Authorization", "Bearer sk-n"}}, kc = {{"Authorization", "Bearer sk-c"}}, kw = {{"Authorization", "Bearer sk-w"}};
+  ASSERT_TRUE(wait_up(a.port(), {}, 60000, kn)) << a.stderr_text();
+  ASSERT_TRUE(wait_up(b.port(), {}, 60000, kn)) << b.stderr_text();
+  // 2N requests, alternating replicas: exactly N admitted.
+  int ok = 0, limited = 0;
+  for (int i = 0; i < 12; ++i) {
+    const HttpResult r = http(i % 2 ? b.port() : a.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kn);
+    if (r.status == 200) ++ok;
+    else if (r.status == 429 && body_json(r)["error"]["code"] == "rate_limit_exceeded") ++limited;
+    else ADD_FAILURE() << r.status << " " << r.body;
+  }
+  EXPECT_EQ(ok, 6);
+  EXPECT_EQ(limited, 6);
+  // A concurrency slot held through replica A is seen by replica B, and freed at the end.
+  {
+    OpenRequest hold(a.port(), "POST", "/v1/completions", completion("slow", "Once upon a time", 2000, true, "", true), kc);
+    ASSERT_TRUE(hold.read_until("data: ")) << hold.raw();
+    const HttpResult r = http(b.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kc);
+    EXPECT_EQ(r.status, 429) << r.body;
+    EXPECT_EQ(body_json(r)["error"]["code"], "concurrency_limit_exceeded") << r.body;
+    hold.close();
+  }
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    freed = http(b.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kc).status == 200;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(freed) << "the slot was not freed when the stream ended";
+  // Redis gone: explicit on both, and counted.
+  redis.stop();
+  HttpResult r = http(a.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kw);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(body_json(r)["error"]["code"], "limits_unavailable") << r.body;
+  EXPECT_FALSE(r.header("retry-after").empty());
+  r = http(b.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kw);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-limits"), "local");
+  std::string m = http(a.port(), "GET", "/metrics", "", kw).body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_shared_limits_errors_total{kind=\"connect\"}"), 1) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_shared_limits_total{outcome=\"unavailable_refused\"}"), 1) << m;
+  // Back on the same port: both recover by themselves (within the reconnect backoff).
+  ASSERT_TRUE(redis.start_on(redis.port, "redis2")) << testing_proc::slurp(kWork + "/redis2.err");
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    r = http(a.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kw);
+    back = r.status == 200;
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(back) << r.status << " " << r.body;
+  r = http(b.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kw);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-limits"), "");
+  // A key of the wrong type where a bucket should be: an explicit, counted error.
+  const std::string wkey = "tierserve:" + hash_key(TS_TIERSERVE_BIN, "sk-w", kWork) + ":req";
+  ASSERT_EQ(std::system(("redis-cli -p " + std::to_string(redis.port) + " SET '" + wkey + "' oops > /dev/null").c_str()), 0);
+  r = http(a.port(), "POST", "/v1/completions", completion("slow", "Once", 2, false), kw);
+  EXPECT_EQ(r.status, 503) << r.body;
+  m = http(a.port(), "GET", "/metrics", "", kw).body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_shared_limits_errors_total{kind=\"reply\"}"), 1) << m;
+  EXPECT_EQ(a.stop(SIGTERM), 0) << a.stderr_text();
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
+}
+
 TEST(Gateway, BadConfigsExitTwoNamingTheField) {
   prepare();
   struct Case {

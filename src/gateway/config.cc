@@ -160,7 +160,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
   check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "default_tier", "router", "health", "upstream",
-                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary"});
+                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node w = root["workers"]) {
@@ -189,6 +189,20 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (u["connect_timeout_ms"]) c.upstream.connect_timeout_ms = get_int(u["connect_timeout_ms"], "upstream.connect_timeout_ms", 1, 600000);
     if (u["head_timeout_ms"]) c.upstream.head_timeout_ms = get_int(u["head_timeout_ms"], "upstream.head_timeout_ms", 1, 86400000);
     if (u["idle_timeout_ms"]) c.upstream.idle_timeout_ms = get_int(u["idle_timeout_ms"], "upstream.idle_timeout_ms", 1, 86400000);
+  }
+  if (const YAML::Node r = root["redis"]) {
+    check_keys(r, "redis", {"host", "port", "timeout_ms", "on_error", "prefix", "lease_ms"});
+    if (r["host"]) c.redis.host = get_str(r["host"], "redis.host");
+    if (c.redis.host.empty()) fail("redis.host", "empty (leave redis out to keep the limits per replica)");
+    if (r["port"]) c.redis.port = int32_t(get_int(r["port"], "redis.port", 1, 65535));
+    if (r["timeout_ms"]) c.redis.timeout_ms = get_int(r["timeout_ms"], "redis.timeout_ms", 1, 60000);
+    if (r["on_error"]) {
+      const std::string v = get_str(r["on_error"], "redis.on_error");
+      if (v != "open" && v != "closed") fail("redis.on_error", "expected open or closed, got '" + v + "'");
+      c.redis.fail_open = v == "open";
+    }
+    if (r["prefix"]) c.redis.prefix = get_str(r["prefix"], "redis.prefix");
+    if (r["lease_ms"]) c.redis.lease_ms = get_int(r["lease_ms"], "redis.lease_ms", 1000, int64_t(86400000) * 7);
   }
   if (const YAML::Node k = root["keys"]) {
     if (!k.IsSequence()) fail("keys", "expected a list of keys");

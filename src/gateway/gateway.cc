@@ -2,6 +2,8 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
@@ -40,6 +42,8 @@ enum M : size_t {
   kQueueDepthTotal,
   kQueueSeconds,
   kTtftSeconds,
+  kSharedLimits,
+  kSharedLimitErrors,
   kCount
 };
 
@@ -76,6 +80,11 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
                       {"tier"}, latency_buckets()};
   d[kTtftSeconds] = {"tierserve_gateway_first_byte_seconds", "Time from arrival to the worker's first body byte.",
                      T::kHistogram, {"tier"}, latency_buckets()};
+  d[kSharedLimits] = {"tierserve_gateway_shared_limits_total",
+                      "Per-key admissions checked in Redis: admitted, limited, and with Redis unavailable refused (fail closed) or limited locally (fail open).",
+                      T::kCounter, {"outcome"}, {}};
+  d[kSharedLimitErrors] = {"tierserve_gateway_shared_limits_errors_total", "Calls to Redis for the shared limits that failed, by kind.",
+                           T::kCounter, {"kind"}, {}};
   return d;
 }
 
@@ -86,7 +95,10 @@ struct Gateway::Exchange {
   Gateway* g = nullptr;
   std::shared_ptr<Responder> out;
   server::AccessRecord* rec = nullptr;
-  server::KeyState* key = nullptr;
+  server::KeyState* key = nullptr;         // charged locally (this replica's buckets)
+  server::KeyState* shared_key = nullptr;  // charged in Redis (every replica's), under lease_id
+  std::string lease_id;
+  bool limits_local = false;               // Redis was unavailable: limited here only (fail open)
   std::mutex mu;
 
   // The request.
@@ -199,6 +211,13 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
   auto reg = metrics::Registry::create(gateway_metric_defs());
   if (!reg.is_ok()) return reg.status();
   g->registry_ = std::move(reg).value();
+  if (!cfg.redis.host.empty()) g->shared_limits_ = std::make_unique<SharedLimits>(cfg.redis);
+  {
+    std::random_device rd;
+    char id[17];
+    std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+    g->replica_id_ = id;
+  }
   g->models_ = cfg.models();
   // Pools: those the tiers name, then any other a worker is in.
   std::vector<std::string> pools;
@@ -494,19 +513,47 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
   }
   x->model = int(std::find(models_.begin(), models_.end(), target) - models_.begin());
 
-  // The key's limits, once, here: prompt + max_tokens (the default when absent) charged.
+  // The key's limits, once, here: prompt + max_tokens (the default when absent) charged;
+  // with redis configured, across every replica.
   if (key) {
     x->charged_tokens = x->prompt_tokens + (x->max_tokens > 0 ? x->max_tokens : cfg_.limits.default_max_tokens);
-    server::Admission a = key->admit(x->charged_tokens);
-    if (a.verdict != server::LimitVerdict::kOk) {
-      ApiError e = server::server_error(429, a.message,
-                                        a.verdict == server::LimitVerdict::kConcurrent ? "concurrency_limit_exceeded" : "rate_limit_exceeded");
+    auto limited = [&](server::LimitVerdict v, const std::string& message, int64_t retry_after_ms) {
+      ApiError e = server::server_error(429, message,
+                                        v == server::LimitVerdict::kConcurrent ? "concurrency_limit_exceeded" : "rate_limit_exceeded");
       e.type = "rate_limit_error";
-      e.retry_after_ms = std::max<int64_t>(a.retry_after_ms, 1000);
+      e.retry_after_ms = std::max<int64_t>(retry_after_ms, 1000);
       out->respond(server::error_response(e));
-      return;
+    };
+    bool local = !shared_limits_;
+    if (shared_limits_) {
+      x->lease_id = replica_id_ + "-" + std::to_string(lease_seq_.fetch_add(1));
+      const SharedLimits::Admission a = shared_limits_->admit(key->config(), x->charged_tokens, x->lease_id);
+      if (a.outcome == SharedLimits::Outcome::kAdmitted) {
+        registry_->counter(kSharedLimits, {"admitted"})->inc();
+        x->shared_key = key;
+      } else if (a.outcome == SharedLimits::Outcome::kLimited) {
+        registry_->counter(kSharedLimits, {"limited"})->inc();
+        return limited(a.verdict, a.message, a.retry_after_ms);
+      } else {
+        registry_->counter(kSharedLimitErrors, {a.error_kind})->inc();
+        log_record(LogLevel::kWarn, "shared limits unavailable", {{"error", a.message}, {"on_error", cfg_.redis.fail_open ? "open" : "closed"}});
+        if (!cfg_.redis.fail_open) {
+          registry_->counter(kSharedLimits, {"unavailable_refused"})->inc();
+          ApiError e = server::server_error(503, "the per-key limits shared by the gateways cannot be checked now", "limits_unavailable");
+          e.retry_after_ms = 1000;
+          out->respond(server::error_response(e));
+          return;
+        }
+        registry_->counter(kSharedLimits, {"unavailable_local"})->inc();
+        local = true;
+        x->limits_local = true;
+      }
     }
-    x->key = key;
+    if (local) {
+      server::Admission a = key->admit(x->charged_tokens);
+      if (a.verdict != server::LimitVerdict::kOk) return limited(a.verdict, a.message, a.retry_after_ms);
+      x->key = key;
+    }
   }
   {
     std::lock_guard<std::mutex> lk(live_mu_);
@@ -666,6 +713,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       add("x-tierserve-pool", fleet_->pools()[size_t(x->pl.pool)]);
       add("x-tierserve-pool-reason", x->pl.borrowed ? "borrowed" : x->pl.pool_fallback ? "fallback" : "");
       add("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+      add("x-tierserve-limits", x->limits_local ? "local" : "");
       const std::string worker_tier = header_of(headers, "x-tierserve-tier-served");
       add("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
       const std::string worker_reason = header_of(headers, "x-tierserve-degraded-reason");
@@ -824,6 +872,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     r.headers.emplace_back("x-tierserve-pool", fleet_->pools()[size_t(p.pool)]);
     if (p.borrowed || p.pool_fallback) r.headers.emplace_back("x-tierserve-pool-reason", p.borrowed ? "borrowed" : "fallback");
     r.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
+    if (x->limits_local) r.headers.emplace_back("x-tierserve-limits", "local");
     const std::string worker_tier = header_of(x->up_headers, "x-tierserve-tier-served");
     r.headers.emplace_back("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
     const std::string reason = x->degraded_reason.empty() ? header_of(x->up_headers, "x-tierserve-degraded-reason") : x->degraded_reason;
@@ -895,10 +944,18 @@ void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
     else respond_to(x, server::error_response(server::server_error(499, "the client closed the request", "cancelled")));
   }
   fill_record(*x);
+  const int64_t used = x->completion_tokens >= 0 ? x->prompt_tokens + x->completion_tokens : x->charged_tokens;
   if (x->key) {
-    const int64_t used = x->completion_tokens >= 0 ? x->prompt_tokens + x->completion_tokens : x->charged_tokens;
     x->key->release(std::max<int64_t>(0, x->charged_tokens - used));
     x->key = nullptr;
+  }
+  if (x->shared_key) {
+    std::string err;
+    if (!shared_limits_->release(x->shared_key->config(), x->charged_tokens - used, x->lease_id, &err)) {
+      registry_->counter(kSharedLimitErrors, {"release"})->inc();
+      log_record(LogLevel::kWarn, "shared limits: a release failed (the slot's lease expires by itself)", {{"error", err}});
+    }
+    x->shared_key = nullptr;
   }
   const std::string tier = cfg_.tiers[size_t(x->tier_requested)].name;
   const std::string model = x->pl.worker >= 0 ? cfg_.workers[size_t(x->pl.worker)].model : models_[size_t(x->model)];

@@ -69,6 +69,17 @@ TEST(GatewayConfig, FullFileAndDefaults) {
   auto unset = parse_gateway_config("workers:\n  - {name: a, kind: local, model: m, path: '${TS_GW_TEST_UNSET}/a'}\n");
   ASSERT_FALSE(unset.is_ok());
   EXPECT_NE(unset.status().message().find("workers[0].path"), std::string::npos) << unset.status().message();
+  // Shared limits in Redis.
+  auto rc = parse_gateway_config("workers:\n  - {name: a, kind: local, model: m, path: /a.gguf}\n"
+                                 "redis: {host: 10.0.0.9, port: 6380, timeout_ms: 20, on_error: open, lease_ms: 60000}\n");
+  ASSERT_TRUE(rc.is_ok()) << rc.status().to_string();
+  EXPECT_EQ(rc->redis.host, "10.0.0.9");
+  EXPECT_EQ(rc->redis.port, 6380);
+  EXPECT_EQ(rc->redis.timeout_ms, 20);
+  EXPECT_TRUE(rc->redis.fail_open);
+  EXPECT_EQ(rc->redis.lease_ms, 60000);
+  EXPECT_TRUE(c->redis.host.empty());  // off unless configured
+  EXPECT_FALSE(c->redis.fail_open);    // fail closed by default
   auto hp = parse_http_url("http://10.0.0.2:8080/");
   ASSERT_TRUE(hp.is_ok());
   EXPECT_EQ(hp->host, "10.0.0.2");
@@ -88,6 +99,10 @@ TEST(GatewayConfig, BadInputNamesTheField) {
     std::string yaml, want;
   } cases[] = {
       {"workers:\n  - {name: a, kind: docker, model: m, url: 'http://h:1'}\n", "workers[0].kind"},
+      {w + "redis: {host: h, on_error: maybe}\n", "redis.on_error"},
+      {w + "redis: {host: h, port: 0}\n", "redis.port"},
+      {w + "redis: {host: ''}\n", "redis.host"},
+      {w + "redis: {host: h, pasword: x}\n", "redis.pasword: unknown key"},
       {"workers:\n  - {name: a, kind: tierserve, model: m, url: 'https://h:1'}\n", "workers[0].url"},
       {"workers:\n  - {name: a, kind: tierserve, model: m, url: 'ftp://h'}\n", "not an http:// URL"},
       {"workers:\n  - {name: a, kind: tierserve, model: m, url: 'http://h:99999'}\n", "workers[0].url"},

@@ -112,6 +112,17 @@ struct HealthConfig {
   int64_t timeout_ms = 500;         // a check that takes longer fails
 };
 
+// Per-key limits shared by every gateway replica, in Redis (gateway/shared_limits.h).
+// Empty host: each replica keeps its own.
+struct RedisConfig {
+  std::string host;                 // "": off
+  int32_t port = 6379;
+  int64_t timeout_ms = 50;          // connect and each command
+  bool fail_open = false;           // Redis unreachable: limit locally (open) or refuse with 503 (closed)
+  std::string prefix = "tierserve:";
+  int64_t lease_ms = 600000;        // a concurrency slot held by a replica that died frees after this
+};
+
 struct UpstreamConfig {
   int64_t connect_timeout_ms = 1000;
   int64_t head_timeout_ms = 600000; // until the response's status line (a whole completion)
@@ -128,6 +139,7 @@ struct GatewayConfig {
   RouterConfig router;
   HealthConfig health;
   UpstreamConfig upstream;
+  RedisConfig redis;
   server::Limits limits;
   server::HttpConfig http;
   server::LogConfig log;

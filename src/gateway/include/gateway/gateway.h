@@ -37,6 +37,7 @@
 #include "gateway/config.h"
 #include "gateway/fleet.h"
 #include "gateway/route.h"
+#include "gateway/shared_limits.h"
 #include "gateway/workers.h"
 #include "metrics/registry.h"
 #include "server/api_error.h"
@@ -105,6 +106,9 @@ class Gateway {
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::vector<std::string> models_;  // served model names (not the router's)
   server::KeyTable keys_;
+  std::unique_ptr<SharedLimits> shared_limits_;  // redis configured
+  std::string replica_id_;                       // random, for lease ids
+  std::atomic<uint64_t> lease_seq_{0};
   boost::asio::io_context io_;  // upstream calls and health checks
   std::unique_ptr<WorkerSet> workers_;
 
