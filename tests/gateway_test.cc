@@ -799,6 +799,90 @@ TEST(Gateway, TwoReplicasShareAKeysLimitsInRedis) {
   EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
 }
 
+// The response cache: a deterministic request answered once by a worker and then from the
+// cache, like a miss (the same text under a fresh id, as a body or as SSE chunks), costing
+// no worker time, counted against the key's requests; scoped per key; never an error or a
+// non-deterministic request.
+TEST(Gateway, DeterministicRepeatsAreAnsweredFromTheCache) {
+  prepare();
+  ServerProcess g(kWork, "cache");
+  const std::string cfg = "workers:\n" + local_worker("story", "stories", kStories, "shared") + kHealth +
+                          "cache: {max_bytes: 1048576, ttl_ms: 60000}\n"
+                          "keys:\n  - {name: k1, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-c1", kWork) + ", requests_per_min: 5}\n"
+                          "  - {name: k2, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-c2", kWork) + "}\n";
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/cache.d"})) << g.stderr_text();
+  const HeaderList k1 = {{"Authorization", "Bearer sk-c1"}}, k2 = {{"Authorization", "Bearer sk-c2"}};
+  ASSERT_TRUE(wait_up(g.port(), {}, 60000, k2)) << g.stderr_text();
+  auto placements = [&] { return metric_sum(http(g.port(), "GET", "/metrics", "", k2).body, "tierserve_gateway_placements_total{"); };
+  const std::string req = completion("stories", "Once upon a time", 12, false);
+  HttpResult miss = http(g.port(), "POST", "/v1/completions", req, k1);
+  ASSERT_EQ(miss.status, 200) << miss.body;
+  EXPECT_EQ(miss.header("x-tierserve-cache"), "miss");
+  const double placed = placements();
+  HttpResult hit = http(g.port(), "POST", "/v1/completions", req, k1);
+  ASSERT_EQ(hit.status, 200) << hit.body;
+  EXPECT_EQ(hit.header("x-tierserve-cache"), "hit");
+  EXPECT_EQ(placements(), placed);  // no worker time
+  const json a = body_json(miss), b = body_json(hit);
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_EQ(b["choices"][0]["finish_reason"], a["choices"][0]["finish_reason"]);
+  EXPECT_EQ(b["usage"], a["usage"]);
+  EXPECT_EQ(b["model"], "stories");
+  EXPECT_EQ(b["object"], "text_completion");
+  EXPECT_NE(b["id"], a["id"]);
+  // Streamed, the same answer as SSE chunks, with its usage when asked.
+  json sb = json::parse(completion("stories", "Once upon a time", 12, true));
+  sb["stream_options"] = {{"include_usage", true}};
+  HttpResult sh = http(g.port(), "POST", "/v1/completions", sb.dump(), k1);
+  ASSERT_EQ(sh.status, 200) << sh.body;
+  EXPECT_EQ(sh.header("x-tierserve-cache"), "hit");
+  EXPECT_EQ(sh.header("content-type"), "text/event-stream");
+  std::string text;
+  bool usage = false;
+  const auto ev = sse_events(sh.body);
+  ASSERT_GE(ev.size(), 3u) << sh.body;
+  EXPECT_EQ(ev.back(), "data: [DONE]");
+  for (const auto& e : ev) {
+    if (e == "data: [DONE]") continue;
+    const json c = json::parse(e.substr(6));
+    if (!c["choices"].empty()) text += c["choices"][0]["text"].get<std::string>();
+    if (c.contains("usage") && c["usage"].is_object()) usage = c["usage"]["completion_tokens"] == a["usage"]["completion_tokens"];
+  }
+  EXPECT_EQ(text, a["choices"][0]["text"].get<std::string>());
+  EXPECT_TRUE(usage) << sh.body;
+  EXPECT_EQ(placements(), placed);
+  // A hit counts against the key's requests: its fifth request of the minute is the last.
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", req, k1).status, 200);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", req, k1).status, 200);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", req, k1).status, 429);
+  // Another key has a cache of its own.
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", req, k2).header("x-tierserve-cache"), "miss");
+  // A streamed miss (with its usage) is kept too, and answers a body later.
+  json s2 = json::parse(completion("stories", "The cat", 10, true));
+  s2["stream_options"] = {{"include_usage", true}};
+  HttpResult sm = http(g.port(), "POST", "/v1/completions", s2.dump(), k2);
+  ASSERT_EQ(sm.status, 200) << sm.body;
+  EXPECT_EQ(sm.header("x-tierserve-cache"), "miss");
+  HttpResult sm2 = http(g.port(), "POST", "/v1/completions", completion("stories", "The cat", 10, false), k2);
+  EXPECT_EQ(sm2.header("x-tierserve-cache"), "hit") << sm2.body;
+  // Not cached: errors, and requests that are not deterministic.
+  const std::string bad = completion("stories", "Once", 100000, false);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", bad, k2).status, 400);
+  HttpResult again = http(g.port(), "POST", "/v1/completions", bad, k2);
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(again.header("x-tierserve-cache"), "miss");
+  json warm = json::parse(completion("stories", "Once", 4, false));
+  warm["temperature"] = 0.7;
+  HttpResult w = http(g.port(), "POST", "/v1/completions", warm.dump(), k2);
+  EXPECT_EQ(w.status, 200);
+  EXPECT_EQ(w.header("x-tierserve-cache"), "");
+  const std::string m = http(g.port(), "GET", "/metrics", "", k2).body;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_cache_requests_total{result=\"hit\"}"), 5) << m;
+  EXPECT_GT(metric_sum(m, "tierserve_gateway_cache_bytes"), 0) << m;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_cache_entries"), 3) << m;
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+}
+
 TEST(Gateway, BadConfigsExitTwoNamingTheField) {
   prepare();
   struct Case {

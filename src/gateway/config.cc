@@ -160,7 +160,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
   check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "default_tier", "router", "health", "upstream",
-                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis"});
+                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node w = root["workers"]) {
@@ -189,6 +189,17 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (u["connect_timeout_ms"]) c.upstream.connect_timeout_ms = get_int(u["connect_timeout_ms"], "upstream.connect_timeout_ms", 1, 600000);
     if (u["head_timeout_ms"]) c.upstream.head_timeout_ms = get_int(u["head_timeout_ms"], "upstream.head_timeout_ms", 1, 86400000);
     if (u["idle_timeout_ms"]) c.upstream.idle_timeout_ms = get_int(u["idle_timeout_ms"], "upstream.idle_timeout_ms", 1, 86400000);
+  }
+  if (const YAML::Node cc = root["cache"]) {
+    check_keys(cc, "cache", {"max_bytes", "ttl_ms", "scope"});
+    c.cache.max_bytes = 64 << 20;  // a cache section turns it on
+    if (cc["max_bytes"]) c.cache.max_bytes = get_int(cc["max_bytes"], "cache.max_bytes", 0, int64_t(1) << 40);
+    if (cc["ttl_ms"]) c.cache.ttl_ms = get_int(cc["ttl_ms"], "cache.ttl_ms", 1, int64_t(86400000) * 30);
+    if (cc["scope"]) {
+      const std::string v = get_str(cc["scope"], "cache.scope");
+      if (v != "key" && v != "shared") fail("cache.scope", "expected key or shared, got '" + v + "'");
+      c.cache.shared = v == "shared";
+    }
   }
   if (const YAML::Node r = root["redis"]) {
     check_keys(r, "redis", {"host", "port", "timeout_ms", "on_error", "prefix", "lease_ms"});

@@ -13,6 +13,7 @@
 #include "server/access_log.h"
 #include "server/api_error.h"
 #include "server/openai_response.h"
+#include "server/sha256.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ts::gateway {
@@ -44,6 +45,10 @@ enum M : size_t {
   kTtftSeconds,
   kSharedLimits,
   kSharedLimitErrors,
+  kCacheRequests,
+  kCacheEvictions,
+  kCacheBytes,
+  kCacheEntries,
   kCount
 };
 
@@ -85,6 +90,12 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
                       T::kCounter, {"outcome"}, {}};
   d[kSharedLimitErrors] = {"tierserve_gateway_shared_limits_errors_total", "Calls to Redis for the shared limits that failed, by kind.",
                            T::kCounter, {"kind"}, {}};
+  d[kCacheRequests] = {"tierserve_gateway_cache_requests_total", "Cacheable requests, by result (hit, miss).", T::kCounter,
+                       {"result"}, {}};
+  d[kCacheEvictions] = {"tierserve_gateway_cache_evictions_total", "Cache entries dropped for room (expired ones not counted).",
+                        T::kCounter, {}, {}};
+  d[kCacheBytes] = {"tierserve_gateway_cache_bytes", "Bytes the response cache holds.", T::kGauge, {}, {}};
+  d[kCacheEntries] = {"tierserve_gateway_cache_entries", "Answers the response cache holds.", T::kGauge, {}, {}};
   return d;
 }
 
@@ -133,6 +144,12 @@ struct Gateway::Exchange {
   int64_t completion_tokens = -1, content_chunks = 0;
   std::string sse_tail;     // an incomplete SSE event (peeked for usage; rewritten when needed)
   bool rewrite_model = false;
+  // The response cache: the entry's key ("" not cacheable), and the answer as it streams.
+  std::string cache_key;
+  bool include_usage = false;
+  bool cache_spoiled = false;  // an error event, a fallback model: not stored
+  std::string cached_text, cached_finish;
+  int64_t usage_prompt = -1;
 };
 
 namespace {
@@ -212,6 +229,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
   if (!reg.is_ok()) return reg.status();
   g->registry_ = std::move(reg).value();
   if (!cfg.redis.host.empty()) g->shared_limits_ = std::make_unique<SharedLimits>(cfg.redis);
+  if (cfg.cache.max_bytes > 0) g->cache_ = std::make_unique<ResponseCache>(cfg.cache.max_bytes, cfg.cache.ttl_ms, clock);
   {
     std::random_device rd;
     char id[17];
@@ -555,6 +573,20 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
       x->key = key;
     }
   }
+  // The cache: after the key's limits (a hit counts against them), before any worker.
+  if (cache_) {
+    x->cache_key = cache_key(b, chat, target, key);
+    if (!x->cache_key.empty()) {
+      x->include_usage = b.contains("stream_options") && b["stream_options"].is_object() &&
+                         b["stream_options"].value("include_usage", false);
+      if (std::optional<CachedAnswer> hit = cache_->get(x->cache_key)) {
+        registry_->counter(kCacheRequests, {"hit"})->inc();
+        std::lock_guard<std::mutex> lk(x->mu);
+        return answer_from_cache(x, *hit);
+      }
+      registry_->counter(kCacheRequests, {"miss"})->inc();
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(live_mu_);
     live_.insert(x);
@@ -714,6 +746,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       add("x-tierserve-pool-reason", x->pl.borrowed ? "borrowed" : x->pl.pool_fallback ? "fallback" : "");
       add("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
       add("x-tierserve-limits", x->limits_local ? "local" : "");
+      add("x-tierserve-cache", x->cache_key.empty() ? "" : "miss");
       const std::string worker_tier = header_of(headers, "x-tierserve-tier-served");
       add("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
       const std::string worker_reason = header_of(headers, "x-tierserve-degraded-reason");
@@ -747,8 +780,10 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       start = end + 2;
       if (ev.rfind("data: {", 0) == 0) {
         const bool has_usage = ev.find("\"usage\":{") != std::string::npos;
-        if (has_usage || x->rewrite_model) {
+        const bool for_cache = !x->cache_key.empty() && !x->cache_spoiled;
+        if (has_usage || x->rewrite_model || for_cache) {
           json j = json::parse(std::string_view(ev).substr(6, ev.size() - 8), nullptr, false);
+          if (for_cache) note_for_cache(*x, j);
           if (j.is_object()) {
             if (has_usage && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
                 j["usage"]["completion_tokens"].is_number_integer())
@@ -822,7 +857,11 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       return;
     }
     if (x->stream && x->status == 200) {
-      if (!x->sse_tail.empty()) x->out->send(std::move(x->sse_tail));  // a last event without its blank line
+      if (!x->sse_tail.empty()) {  // a last event without its blank line: not a whole answer
+        x->cache_spoiled = true;
+        x->out->send(std::move(x->sse_tail));
+      }
+      store_in_cache(*x, nullptr);
       end_to(x);
       end_attempt(x);
       return;
@@ -838,6 +877,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
           j["usage"]["completion_tokens"].is_number_integer())
         x->completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+      store_in_cache(*x, &j);
       if (x->rewrite_model && j.contains("model")) {
         j["model"] = wc.model;
         x->buffered = j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -873,6 +913,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     if (p.borrowed || p.pool_fallback) r.headers.emplace_back("x-tierserve-pool-reason", p.borrowed ? "borrowed" : "fallback");
     r.headers.emplace_back("x-tierserve-tier-requested", cfg_.tiers[size_t(x->tier_requested)].name);
     if (x->limits_local) r.headers.emplace_back("x-tierserve-limits", "local");
+    if (!x->cache_key.empty()) r.headers.emplace_back("x-tierserve-cache", "miss");
     const std::string worker_tier = header_of(x->up_headers, "x-tierserve-tier-served");
     r.headers.emplace_back("x-tierserve-tier-served", worker_tier.empty() ? cfg_.tiers[size_t(x->tier)].name : worker_tier);
     const std::string reason = x->degraded_reason.empty() ? header_of(x->up_headers, "x-tierserve-degraded-reason") : x->degraded_reason;
@@ -921,6 +962,121 @@ void Gateway::refuse(const std::shared_ptr<Exchange>& x, const ApiError& e) {
     x->client_started = true;
   }
   end_attempt(x);
+}
+
+// The cache's key for a deterministic request ("" for any other): the scope (the API key's
+// hash, unless the cache is shared), the model that will serve it, the endpoint, and the
+// request without what does not change the answer (stream, stream_options, service_tier,
+// priority, user, model), as sorted JSON, hashed.
+std::string Gateway::cache_key(const json& b, bool chat, const std::string& model, const server::KeyState* key) const {
+  const auto t = b.find("temperature");
+  const bool greedy = t != b.end() && t->is_number() && t->get<double>() == 0.0;
+  const bool seeded = b.contains("seed") && b["seed"].is_number_integer();
+  if (!greedy && !seeded) return "";
+  for (const char* f : {"logprobs", "top_logprobs"})
+    if (b.contains(f) && !b[f].is_null() && !(b[f].is_boolean() && !b[f].get<bool>())) return "";
+  if (b.contains("n") && !(b["n"].is_number_integer() && b["n"].get<int64_t>() == 1)) return "";
+  json n = b;
+  for (const char* f : {"stream", "stream_options", "service_tier", "priority", "user", "model"}) n.erase(f);
+  const std::string scope = cfg_.cache.shared ? "shared" : key ? key->config().sha256 : "anonymous";
+  return server::sha256_hex(scope + "\n" + model + "\n" + (chat ? "chat" : "completion") + "\n" +
+                            n.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// One streamed event of a cacheable miss: its text, finish reason and usage; an error
+// event spoils the answer. Called with x.mu held.
+void Gateway::note_for_cache(Exchange& x, const json& j) {
+  if (!j.is_object() || j.contains("error")) {
+    x.cache_spoiled = true;
+    return;
+  }
+  if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("prompt_tokens") && j["usage"]["prompt_tokens"].is_number_integer())
+    x.usage_prompt = j["usage"]["prompt_tokens"].get<int64_t>();
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
+  const json& c = j["choices"][0];
+  if (!c.is_object()) return;
+  const json* piece = nullptr;
+  if (x.chat && c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content")) piece = &c["delta"]["content"];
+  if (!x.chat && c.contains("text")) piece = &c["text"];
+  if (piece && piece->is_string()) x.cached_text += piece->get<std::string>();
+  if (c.contains("finish_reason") && c["finish_reason"].is_string()) x.cached_finish = c["finish_reason"].get<std::string>();
+}
+
+// A hit answered like a miss: the same body or chunks under a fresh id, said in
+// x-tierserve-cache. Called with x->mu held; the exchange ends here.
+void Gateway::answer_from_cache(const std::shared_ptr<Exchange>& x, const CachedAnswer& a) {
+  server::ResponseHead h;
+  h.endpoint = x->chat ? server::Endpoint::kChat : server::Endpoint::kCompletions;
+  h.id = server::make_response_id(h.endpoint);
+  h.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  h.model = models_[size_t(x->model)];
+  server::ServedInfo si;
+  si.tier_requested = cfg_.tiers[size_t(x->tier_requested)].name;
+  si.tier_served = cfg_.tiers[size_t(x->tier)].name;
+  si.service_tier = si.tier_served;
+  for (const char* v : {"priority", "default", "flex"})  // OpenAI's value of the tier, when it has one
+    if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end() && it->second == si.tier_served) si.service_tier = v;
+  si.degraded_reason = x->degraded_reason;
+  server::UsageInfo u;
+  u.prompt_tokens = a.prompt_tokens;
+  u.completion_tokens = a.completion_tokens;
+  server::Headers hs = {{"x-tierserve-cache", "hit"}, {"x-tierserve-model-served", h.model},
+                        {"x-tierserve-tier-requested", si.tier_requested}, {"x-tierserve-tier-served", si.tier_served}};
+  if (!x->route.empty()) hs.emplace_back("x-tierserve-route", x->route);
+  if (!x->degraded_reason.empty()) hs.emplace_back("x-tierserve-degraded-reason", x->degraded_reason);
+  x->status = 200;
+  x->completion_tokens = a.completion_tokens;
+  x->prompt_tokens = a.prompt_tokens;
+  if (x->stream) {
+    HttpResponse r;
+    r.content_type = "text/event-stream";
+    r.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    r.headers.insert(r.headers.end(), hs.begin(), hs.end());
+    x->out->start_stream(std::move(r));
+    x->client_started = true;
+    x->out->send(server::sse_data(server::chunk_json(h, a.text, true, "", si.service_tier, nullptr, x->include_usage)));
+    x->out->send(server::sse_data(server::chunk_json(h, "", false, a.finish_reason, si.service_tier, nullptr, x->include_usage)));
+    if (x->include_usage) x->out->send(server::sse_data(server::usage_chunk_json(h, u, si)));
+    x->out->send(std::string(server::kSseDone));
+    end_to(x);
+  } else {
+    HttpResponse r;
+    r.body = server::completion_body(h, a.text, a.finish_reason, u, si);
+    r.headers = hs;
+    respond_to(x, std::move(r));
+  }
+  end_attempt(x);
+}
+
+// A miss that ended well is kept: a whole 200 answer that finished by stop or length, from
+// the model the key names, with its token counts. Called with x->mu held.
+void Gateway::store_in_cache(Exchange& x, const json* body) {
+  if (!cache_ || x.cache_key.empty() || x.cache_spoiled || x.pl.model_fallback || x.status != 200 || x.client_gone) return;
+  CachedAnswer a;
+  if (body) {
+    if (!body->is_object() || !body->contains("choices") || !(*body)["choices"].is_array() || (*body)["choices"].empty()) return;
+    const json& c = (*body)["choices"][0];
+    const json* text = nullptr;
+    if (x.chat && c.contains("message") && c["message"].is_object() && c["message"].contains("content")) text = &c["message"]["content"];
+    if (!x.chat && c.contains("text")) text = &c["text"];
+    if (!text || !text->is_string() || !c.contains("finish_reason") || !c["finish_reason"].is_string()) return;
+    a.text = text->get<std::string>();
+    a.finish_reason = c["finish_reason"].get<std::string>();
+    const json* u = body->contains("usage") && (*body)["usage"].is_object() ? &(*body)["usage"] : nullptr;
+    if (!u || !u->contains("prompt_tokens") || !(*u)["prompt_tokens"].is_number_integer() || !u->contains("completion_tokens") ||
+        !(*u)["completion_tokens"].is_number_integer())
+      return;
+    a.prompt_tokens = (*u)["prompt_tokens"].get<int64_t>();
+    a.completion_tokens = (*u)["completion_tokens"].get<int64_t>();
+  } else {  // a stream: what its chunks said; only with its usage chunk (the token counts)
+    if (x.usage_prompt < 0 || x.completion_tokens < 0) return;
+    a.text = x.cached_text;
+    a.finish_reason = x.cached_finish;
+    a.prompt_tokens = x.usage_prompt;
+    a.completion_tokens = x.completion_tokens;
+  }
+  if (a.finish_reason != "stop" && a.finish_reason != "length") return;
+  cache_->put(x.cache_key, std::move(a));
 }
 
 void Gateway::respond_to(const std::shared_ptr<Exchange>& x, HttpResponse r) {
@@ -1030,6 +1186,14 @@ void Gateway::health(std::shared_ptr<Responder> out, bool ready) const {
 }
 
 void Gateway::metrics_text(std::shared_ptr<Responder> out) const {
+  if (cache_) {
+    const ResponseCache::Stats cs = cache_->stats();
+    registry_->gauge(kCacheBytes)->set(double(cs.bytes));
+    registry_->gauge(kCacheEntries)->set(double(cs.entries));
+    std::lock_guard<std::mutex> lk(cache_metrics_mu_);
+    if (cs.evictions > cache_evictions_seen_) registry_->counter(kCacheEvictions)->inc(double(cs.evictions - cache_evictions_seen_));
+    cache_evictions_seen_ = cs.evictions;
+  }
   HttpResponse r;
   r.content_type = std::string(metrics::kPrometheusContentType);
   r.body = metrics::format_prometheus(registry_->snapshot());

@@ -78,6 +78,12 @@ TEST(GatewayConfig, FullFileAndDefaults) {
   EXPECT_EQ(rc->redis.timeout_ms, 20);
   EXPECT_TRUE(rc->redis.fail_open);
   EXPECT_EQ(rc->redis.lease_ms, 60000);
+  auto cc = parse_gateway_config("workers:\n  - {name: a, kind: local, model: m, path: /a.gguf}\ncache: {ttl_ms: 1000, scope: shared}\n");
+  ASSERT_TRUE(cc.is_ok()) << cc.status().to_string();
+  EXPECT_EQ(cc->cache.max_bytes, 64 << 20);  // a cache section turns it on
+  EXPECT_EQ(cc->cache.ttl_ms, 1000);
+  EXPECT_TRUE(cc->cache.shared);
+  EXPECT_EQ(c->cache.max_bytes, 0);  // off without one
   EXPECT_TRUE(c->redis.host.empty());  // off unless configured
   EXPECT_FALSE(c->redis.fail_open);    // fail closed by default
   auto hp = parse_http_url("http://10.0.0.2:8080/");
@@ -100,6 +106,8 @@ TEST(GatewayConfig, BadInputNamesTheField) {
   } cases[] = {
       {"workers:\n  - {name: a, kind: docker, model: m, url: 'http://h:1'}\n", "workers[0].kind"},
       {w + "redis: {host: h, on_error: maybe}\n", "redis.on_error"},
+      {w + "cache: {scope: everyone}\n", "cache.scope"},
+      {w + "cache: {ttl_ms: 0}\n", "cache.ttl_ms"},
       {w + "redis: {host: h, port: 0}\n", "redis.port"},
       {w + "redis: {host: ''}\n", "redis.host"},
       {w + "redis: {host: h, pasword: x}\n", "redis.pasword: unknown key"},

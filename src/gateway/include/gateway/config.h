@@ -123,6 +123,14 @@ struct RedisConfig {
   int64_t lease_ms = 600000;        // a concurrency slot held by a replica that died frees after this
 };
 
+// The response cache (gateway/cache.h): answers to deterministic requests (temperature 0
+// or a seed). max_bytes 0: off.
+struct CacheConfig {
+  int64_t max_bytes = 0;
+  int64_t ttl_ms = 300000;
+  bool shared = false;              // one cache for every API key (default: one per key)
+};
+
 struct UpstreamConfig {
   int64_t connect_timeout_ms = 1000;
   int64_t head_timeout_ms = 600000; // until the response's status line (a whole completion)
@@ -140,6 +148,7 @@ struct GatewayConfig {
   HealthConfig health;
   UpstreamConfig upstream;
   RedisConfig redis;
+  CacheConfig cache;
   server::Limits limits;
   server::HttpConfig http;
   server::LogConfig log;

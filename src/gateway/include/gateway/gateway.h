@@ -23,6 +23,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "gateway/cache.h"
 #include "gateway/config.h"
 #include "gateway/fleet.h"
 #include "gateway/route.h"
@@ -90,6 +92,10 @@ class Gateway {
   void end_attempt(const std::shared_ptr<Exchange>& x);
   void fill_record(Exchange& x) const;
   void refuse(const std::shared_ptr<Exchange>& x, const server::ApiError& e);
+  std::string cache_key(const nlohmann::json& body, bool chat, const std::string& model, const server::KeyState* key) const;
+  void answer_from_cache(const std::shared_ptr<Exchange>& x, const CachedAnswer& a);
+  void store_in_cache(Exchange& x, const nlohmann::json* body);
+  static void note_for_cache(Exchange& x, const nlohmann::json& j);
   void respond_to(const std::shared_ptr<Exchange>& x, server::HttpResponse r);
   void end_to(const std::shared_ptr<Exchange>& x);
   void abort_calls_on(int worker);
@@ -107,6 +113,9 @@ class Gateway {
   std::vector<std::string> models_;  // served model names (not the router's)
   server::KeyTable keys_;
   std::unique_ptr<SharedLimits> shared_limits_;  // redis configured
+  std::unique_ptr<ResponseCache> cache_;         // cache configured
+  mutable std::mutex cache_metrics_mu_;
+  mutable int64_t cache_evictions_seen_ = 0;     // GUARDED_BY(cache_metrics_mu_)
   std::string replica_id_;                       // random, for lease ids
   std::atomic<uint64_t> lease_seq_{0};
   boost::asio::io_context io_;  // upstream calls and health checks
