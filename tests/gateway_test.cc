@@ -883,6 +883,57 @@ TEST(Gateway, DeterministicRepeatsAreAnsweredFromTheCache) {
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 
+// The response cache in Redis, shared by two replicas: a miss on one is a hit on the other;
+// an entry that does not parse is dropped and counted, never served; Redis gone, requests
+// are answered by the workers (misses), and the failures counted.
+TEST(Gateway, TwoReplicasShareTheCacheInRedis) {
+  prepare();
+  if (!have_redis()) GTEST_SKIP() << "no redis-server";
+  Redis redis;
+  ASSERT_TRUE(redis.start("redis-cache")) << testing_proc::slurp(kWork + "/redis-cache.err");
+  ServerProcess worker(kWork, "cache-worker");
+  ASSERT_TRUE(worker.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kStories + "', threads: 1, served_name: stories}\n", {}))
+      << worker.stderr_text();
+  const std::string cfg = "workers:\n  - {name: w, kind: tierserve, model: stories, url: 'http://127.0.0.1:" +
+                          std::to_string(worker.port()) + "'}\n" + kHealth + "redis: {host: 127.0.0.1, port: " +
+                          std::to_string(redis.port) + ", timeout_ms: 200}\ncache: {backend: redis, ttl_ms: 60000}\n";
+  ServerProcess a(kWork, "cache-a"), b(kWork, "cache-b");
+  ASSERT_TRUE(a.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/cache-a.d"})) << a.stderr_text();
+  ASSERT_TRUE(b.start_command(TS_TIERSERVE_BIN, "gateway", cfg, {"--work-dir", kWork + "/cache-b.d"})) << b.stderr_text();
+  ASSERT_TRUE(wait_up(a.port())) << a.stderr_text();
+  ASSERT_TRUE(wait_up(b.port())) << b.stderr_text();
+  const std::string req = completion("stories", "Once upon a time", 12, false);
+  HttpResult m1 = http(a.port(), "POST", "/v1/completions", req);
+  ASSERT_EQ(m1.status, 200) << m1.body;
+  EXPECT_EQ(m1.header("x-tierserve-cache"), "miss");
+  HttpResult h1 = http(b.port(), "POST", "/v1/completions", req);
+  ASSERT_EQ(h1.status, 200) << h1.body;
+  EXPECT_EQ(h1.header("x-tierserve-cache"), "hit");
+  EXPECT_EQ(body_json(h1)["choices"][0]["text"], body_json(m1)["choices"][0]["text"]);
+  // Corrupt every entry: the next request is a miss answered by the worker, the entry dropped.
+  ASSERT_EQ(std::system(("for k in $(redis-cli -p " + std::to_string(redis.port) +
+                         " --scan --pattern 'tierserve:cache:*'); do redis-cli -p " + std::to_string(redis.port) +
+                         " SET \"$k\" '{not json' > /dev/null; done")
+                            .c_str()),
+            0);
+  HttpResult c1 = http(b.port(), "POST", "/v1/completions", req);
+  ASSERT_EQ(c1.status, 200) << c1.body;
+  EXPECT_EQ(c1.header("x-tierserve-cache"), "miss");
+  EXPECT_EQ(body_json(c1)["choices"][0]["text"], body_json(m1)["choices"][0]["text"]);
+  std::string m = http(b.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_cache_errors_total{kind=\"corrupt_entry\"}"), 1) << m;
+  EXPECT_EQ(http(a.port(), "POST", "/v1/completions", req).header("x-tierserve-cache"), "hit");  // stored again by b
+  // Redis gone: answered by the worker, counted.
+  redis.stop();
+  HttpResult d1 = http(a.port(), "POST", "/v1/completions", req);
+  EXPECT_EQ(d1.status, 200) << d1.body;
+  EXPECT_EQ(d1.header("x-tierserve-cache"), "miss");
+  m = http(a.port(), "GET", "/metrics").body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_cache_errors_total{kind=\"redis\"}"), 1) << m;
+  EXPECT_EQ(a.stop(SIGTERM), 0) << a.stderr_text();
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
+}
+
 TEST(Gateway, BadConfigsExitTwoNamingTheField) {
   prepare();
   struct Case {

@@ -1,5 +1,7 @@
 #include "gateway/cache.h"
 
+#include <nlohmann/json.hpp>
+
 namespace ts::gateway {
 
 ResponseCache::ResponseCache(int64_t max_bytes, int64_t ttl_ms, const Clock& clock)
@@ -46,6 +48,57 @@ void ResponseCache::put(const std::string& key, CachedAnswer a) {
 }
 
 ResponseCache::Stats ResponseCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+RedisCache::RedisCache(const RedisConfig& redis, int64_t ttl_ms, int64_t max_entry_bytes)
+    : client_(redis.host, redis.port, redis.timeout_ms), prefix_(redis.prefix + "cache:"), ttl_ms_(ttl_ms),
+      max_entry_bytes_(max_entry_bytes) {}
+
+std::optional<CachedAnswer> RedisCache::get(const std::string& key) {
+  RedisClient::Reply r;
+  std::string kind, error;
+  const bool ok = client_.command({"GET", prefix_ + key}, &r, &kind, &error);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!ok) {
+    ++stats_.errors;
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  if (r.type != RedisClient::Reply::Type::kString) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  const nlohmann::json j = nlohmann::json::parse(r.str, nullptr, false);
+  const bool valid = j.is_object() && j.value("v", 0) == 1 && j.contains("text") && j["text"].is_string() &&
+                     j.contains("finish") && j["finish"].is_string() && j.contains("p") && j["p"].is_number_integer() &&
+                     j.contains("c") && j["c"].is_number_integer();
+  if (!valid) {
+    ++stats_.corrupt;
+    ++stats_.misses;
+    RedisClient::Reply ignored;
+    client_.command({"DEL", prefix_ + key}, &ignored, &kind, &error);
+    return std::nullopt;
+  }
+  ++stats_.hits;
+  return CachedAnswer{j["text"].get<std::string>(), j["finish"].get<std::string>(), j["p"].get<int64_t>(), j["c"].get<int64_t>()};
+}
+
+void RedisCache::put(const std::string& key, CachedAnswer a) {
+  const std::string v = nlohmann::json{{"v", 1}, {"text", a.text}, {"finish", a.finish_reason}, {"p", a.prompt_tokens},
+                                       {"c", a.completion_tokens}}
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (int64_t(v.size()) > max_entry_bytes_) return;
+  RedisClient::Reply r;
+  std::string kind, error;
+  if (!client_.command({"SET", prefix_ + key, v, "PX", std::to_string(ttl_ms_)}, &r, &kind, &error)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.errors;
+  }
+}
+
+CacheStore::Stats RedisCache::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;
 }

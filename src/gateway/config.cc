@@ -191,7 +191,12 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (u["idle_timeout_ms"]) c.upstream.idle_timeout_ms = get_int(u["idle_timeout_ms"], "upstream.idle_timeout_ms", 1, 86400000);
   }
   if (const YAML::Node cc = root["cache"]) {
-    check_keys(cc, "cache", {"max_bytes", "ttl_ms", "scope"});
+    check_keys(cc, "cache", {"max_bytes", "ttl_ms", "scope", "backend"});
+    if (cc["backend"]) {
+      const std::string v = get_str(cc["backend"], "cache.backend");
+      if (v != "memory" && v != "redis") fail("cache.backend", "expected memory or redis, got '" + v + "'");
+      c.cache.in_redis = v == "redis";
+    }
     c.cache.max_bytes = 64 << 20;  // a cache section turns it on
     if (cc["max_bytes"]) c.cache.max_bytes = get_int(cc["max_bytes"], "cache.max_bytes", 0, int64_t(1) << 40);
     if (cc["ttl_ms"]) c.cache.ttl_ms = get_int(cc["ttl_ms"], "cache.ttl_ms", 1, int64_t(86400000) * 30);
@@ -426,6 +431,8 @@ Status validate(const GatewayConfig& c) {
   for (const auto& [from, to] : r.fallback)
     if (!is_model(from) || !is_model(to) || from == to)
       return invalid_argument("router.fallback." + from + ": both models must be served, and differ");
+  if (c.cache.in_redis && c.redis.host.empty())
+    return invalid_argument("cache.backend: redis needs the redis section (host, port)");
   std::set<std::string> hashes;
   for (size_t i = 0; i < c.keys.size(); ++i) {
     const server::KeyConfig& k = c.keys[i];

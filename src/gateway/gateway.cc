@@ -49,6 +49,7 @@ enum M : size_t {
   kCacheEvictions,
   kCacheBytes,
   kCacheEntries,
+  kCacheErrors,
   kCount
 };
 
@@ -96,6 +97,9 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
                         T::kCounter, {}, {}};
   d[kCacheBytes] = {"tierserve_gateway_cache_bytes", "Bytes the response cache holds.", T::kGauge, {}, {}};
   d[kCacheEntries] = {"tierserve_gateway_cache_entries", "Answers the response cache holds.", T::kGauge, {}, {}};
+  d[kCacheErrors] = {"tierserve_gateway_cache_errors_total",
+                     "Cache lookups or stores that failed (redis: the call; corrupt_entry: an entry that did not parse, dropped).",
+                     T::kCounter, {"kind"}, {}};
   return d;
 }
 
@@ -229,7 +233,10 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
   if (!reg.is_ok()) return reg.status();
   g->registry_ = std::move(reg).value();
   if (!cfg.redis.host.empty()) g->shared_limits_ = std::make_unique<SharedLimits>(cfg.redis);
-  if (cfg.cache.max_bytes > 0) g->cache_ = std::make_unique<ResponseCache>(cfg.cache.max_bytes, cfg.cache.ttl_ms, clock);
+  if (cfg.cache.max_bytes > 0) {
+    if (cfg.cache.in_redis) g->cache_ = std::make_unique<RedisCache>(cfg.redis, cfg.cache.ttl_ms, std::max<int64_t>(1024, cfg.cache.max_bytes / 64));
+    else g->cache_ = std::make_unique<ResponseCache>(cfg.cache.max_bytes, cfg.cache.ttl_ms, clock);
+  }
   {
     std::random_device rd;
     char id[17];
@@ -1187,12 +1194,17 @@ void Gateway::health(std::shared_ptr<Responder> out, bool ready) const {
 
 void Gateway::metrics_text(std::shared_ptr<Responder> out) const {
   if (cache_) {
-    const ResponseCache::Stats cs = cache_->stats();
-    registry_->gauge(kCacheBytes)->set(double(cs.bytes));
-    registry_->gauge(kCacheEntries)->set(double(cs.entries));
+    const CacheStore::Stats cs = cache_->stats();
+    if (cs.bytes >= 0) registry_->gauge(kCacheBytes)->set(double(cs.bytes));
+    if (cs.entries >= 0) registry_->gauge(kCacheEntries)->set(double(cs.entries));
     std::lock_guard<std::mutex> lk(cache_metrics_mu_);
-    if (cs.evictions > cache_evictions_seen_) registry_->counter(kCacheEvictions)->inc(double(cs.evictions - cache_evictions_seen_));
-    cache_evictions_seen_ = cs.evictions;
+    auto delta = [&](int64_t now, int64_t& seen, metrics::Counter* c) {
+      if (now > seen) c->inc(double(now - seen));
+      seen = now;
+    };
+    delta(cs.evictions, cache_seen_.evictions, registry_->counter(kCacheEvictions));
+    delta(cs.errors, cache_seen_.errors, registry_->counter(kCacheErrors, {"redis"}));
+    delta(cs.corrupt, cache_seen_.corrupt, registry_->counter(kCacheErrors, {"corrupt_entry"}));
   }
   HttpResponse r;
   r.content_type = std::string(metrics::kPrometheusContentType);

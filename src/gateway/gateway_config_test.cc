@@ -107,6 +107,8 @@ TEST(GatewayConfig, BadInputNamesTheField) {
       {"workers:\n  - {name: a, kind: docker, model: m, url: 'http://h:1'}\n", "workers[0].kind"},
       {w + "redis: {host: h, on_error: maybe}\n", "redis.on_error"},
       {w + "cache: {scope: everyone}\n", "cache.scope"},
+      {w + "cache: {backend: redis}\n", "cache.backend: redis needs the redis section"},
+      {w + "cache: {backend: disk}\n", "cache.backend"},
       {w + "cache: {ttl_ms: 0}\n", "cache.ttl_ms"},
       {w + "redis: {host: h, port: 0}\n", "redis.port"},
       {w + "redis: {host: ''}\n", "redis.host"},

@@ -1,11 +1,5 @@
 #include "gateway/shared_limits.h"
 
-#include <hiredis/hiredis.h>
-#include <sys/time.h>
-
-#include <cerrno>
-#include <chrono>
-
 namespace ts::gateway {
 
 namespace {
@@ -63,108 +57,28 @@ redis.call('ZREM', KEYS[2], ARGV[3])
 return {0, 0}
 )LUA";
 
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-timeval to_timeval(int64_t ms) {
-  timeval tv;
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
-  return tv;
-}
-
-std::string io_kind(const redisContext* c) {
-  if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT)) return "timeout";
-  return "connect";
-}
-
 }  // namespace
 
-SharedLimits::SharedLimits(RedisConfig cfg, int64_t backoff_ms) : cfg_(std::move(cfg)), backoff_ms_(backoff_ms) {}
-
-SharedLimits::~SharedLimits() {
-  for (redisContext* c : idle_) redisFree(c);
-}
-
-redisContext* SharedLimits::take(std::string* kind, std::string* error) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!idle_.empty()) {
-      redisContext* c = idle_.back();
-      idle_.pop_back();
-      return c;
-    }
-    if (steady_ms() < down_until_ms_) {
-      *kind = "connect";
-      *error = "Redis at " + cfg_.host + ":" + std::to_string(cfg_.port) + " was unreachable moments ago";
-      return nullptr;
-    }
-  }
-  redisContext* c = redisConnectWithTimeout(cfg_.host.c_str(), cfg_.port, to_timeval(cfg_.timeout_ms));
-  if (!c || c->err) {
-    *kind = c ? io_kind(c) : "connect";
-    *error = "cannot connect to Redis at " + cfg_.host + ":" + std::to_string(cfg_.port) + ": " + (c ? c->errstr : "out of memory");
-    if (c) redisFree(c);
-    std::lock_guard<std::mutex> lk(mu_);
-    down_until_ms_ = steady_ms() + backoff_ms_;
-    return nullptr;
-  }
-  redisSetTimeout(c, to_timeval(cfg_.timeout_ms));
-  return c;
-}
-
-void SharedLimits::give_back(redisContext* c) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (idle_.size() < 64) idle_.push_back(c);
-  else redisFree(c);
-}
+SharedLimits::SharedLimits(RedisConfig cfg, int64_t backoff_ms)
+    : cfg_(std::move(cfg)), redis_(cfg_.host, cfg_.port, cfg_.timeout_ms, backoff_ms) {}
 
 bool SharedLimits::eval(const char* script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
                         std::vector<int64_t>* out, std::string* kind, std::string* error) {
-  redisContext* c = take(kind, error);
-  if (!c) return false;
   std::vector<std::string> argv = {"EVAL", script, std::to_string(keys.size())};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  for (const auto& a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
+  RedisClient::Reply r;
+  if (!redis_.command(argv, &r, kind, error)) return false;
+  out->clear();
+  bool ok = r.type == RedisClient::Reply::Type::kArray;
+  for (const auto& e : r.elements) {
+    ok = ok && e.type == RedisClient::Reply::Type::kInteger;
+    out->push_back(e.integer);
   }
-  auto* r = static_cast<redisReply*>(redisCommandArgv(c, int(ptrs.size()), ptrs.data(), lens.data()));
-  if (!r) {  // the connection failed or timed out: it is not reusable
-    *kind = io_kind(c);
-    *error = std::string("Redis: ") + (c->errstr[0] ? c->errstr : "no reply");
-    redisFree(c);
-    return false;
-  }
-  bool ok = false;
-  if (r->type == REDIS_REPLY_ERROR) {
-    // A script error (a key of the wrong type, say): the connection is fine.
+  if (!ok) {
     *kind = "reply";
-    *error = std::string("Redis answered an error: ") + std::string(r->str, r->len);
-  } else if (r->type == REDIS_REPLY_ARRAY) {
-    out->clear();
-    ok = true;
-    for (size_t i = 0; i < r->elements; ++i) {
-      if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-        ok = false;
-        break;
-      }
-      out->push_back(int64_t(r->element[i]->integer));
-    }
-    if (!ok) {
-      *kind = "reply";
-      *error = "Redis: the limits script answered something else than integers";
-    }
-  } else {
-    *kind = "reply";
-    *error = "Redis: unexpected reply type " + std::to_string(r->type);
+    *error = "Redis: the limits script answered something else than integers";
   }
-  freeReplyObject(r);
-  give_back(c);
   return ok;
 }
 

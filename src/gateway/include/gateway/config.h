@@ -129,6 +129,7 @@ struct CacheConfig {
   int64_t max_bytes = 0;
   int64_t ttl_ms = 300000;
   bool shared = false;              // one cache for every API key (default: one per key)
+  bool in_redis = false;            // backend: redis (the redis section's server, shared by replicas)
 };
 
 struct UpstreamConfig {

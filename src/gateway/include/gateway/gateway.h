@@ -113,9 +113,10 @@ class Gateway {
   std::vector<std::string> models_;  // served model names (not the router's)
   server::KeyTable keys_;
   std::unique_ptr<SharedLimits> shared_limits_;  // redis configured
-  std::unique_ptr<ResponseCache> cache_;         // cache configured
+  std::unique_ptr<CacheStore> cache_;            // cache configured
   mutable std::mutex cache_metrics_mu_;
-  mutable int64_t cache_evictions_seen_ = 0;     // GUARDED_BY(cache_metrics_mu_)
+  mutable CacheStore::Stats cache_seen_;         // GUARDED_BY(cache_metrics_mu_): what /metrics counted
+
   std::string replica_id_;                       // random, for lease ids
   std::atomic<uint64_t> lease_seq_{0};
   boost::asio::io_context io_;  // upstream calls and health checks

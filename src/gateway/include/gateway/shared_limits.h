@@ -12,8 +12,7 @@
 //
 // Failures (unreachable, over timeout_ms, an error reply, a key of the wrong type) come back
 // as kUnavailable with the reason; the caller limits locally (fail open) or refuses with 503
-// (fail closed). After a failed connect nothing is tried for backoff_ms, so requests do not
-// each wait out the connect timeout while Redis is down; then it is tried again by itself.
+// (fail closed). Connections and their backoff: gateway/redis_client.h.
 #pragma once
 
 #include <cstdint>
@@ -23,16 +22,14 @@
 #include <vector>
 
 #include "gateway/config.h"
+#include "gateway/redis_client.h"
 #include "server/auth.h"
-
-struct redisContext;
 
 namespace ts::gateway {
 
 class SharedLimits {
  public:
   explicit SharedLimits(RedisConfig cfg, int64_t backoff_ms = 500);
-  ~SharedLimits();
 
   enum class Outcome : uint8_t { kAdmitted, kLimited, kUnavailable };
   struct Admission {
@@ -53,18 +50,12 @@ class SharedLimits {
   const RedisConfig& config() const { return cfg_; }
 
  private:
-  // Runs EVAL script with the keys and args on a pooled connection; false and *kind/*error
-  // on any failure (the connection is dropped then).
+  // Runs EVAL script with the keys and args; false and *kind/*error on any failure.
   bool eval(const char* script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
             std::vector<int64_t>* out, std::string* kind, std::string* error);
-  redisContext* take(std::string* kind, std::string* error);
-  void give_back(redisContext* c);
 
   RedisConfig cfg_;
-  int64_t backoff_ms_;
-  std::mutex mu_;
-  std::vector<redisContext*> idle_;  // GUARDED_BY(mu_)
-  int64_t down_until_ms_ = 0;        // GUARDED_BY(mu_): steady clock
+  RedisClient redis_;
 };
 
 }  // namespace ts::gateway
