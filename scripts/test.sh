@@ -14,9 +14,9 @@ bash scripts/python-env.sh
 # llama.cpp's server from the pinned source: a worker kind the gateway's tests run.
 bash bench/peer.sh --server-only --jobs "${JOBS:-2}" > /dev/null
 # In CI nothing optional may be skipped: the default models, the openai SDK, headless
-# Chromium, llama-server, redis-server (the tests start their own, on loopback).
+# Chromium, llama-server, redis-server and Envoy (the tests start their own, on loopback).
 export TIERSERVE_REQUIRE_DEFAULT_MODEL=1 TIERSERVE_REQUIRE_OPENAI=1 TIERSERVE_REQUIRE_CHROMIUM=1 TIERSERVE_REQUIRE_LLAMA_SERVER=1
-export TIERSERVE_REQUIRE_REDIS=1
+export TIERSERVE_REQUIRE_REDIS=1 TIERSERVE_REQUIRE_ENVOY=1
 echo "[test] running ctest"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 # The machines this runs on have no AMX: the whole suite again with the AMX kernels' tile

@@ -248,7 +248,10 @@ TEST_F(Isolation, UltrafastServedStandardFlooredNothingLostTieredAndFifo) {
     ASSERT_FALSE(alone.is_discarded()) << log;
     baseline = ttft(tier_of(alone, "ultrafast"));
 
-    const FloodResult r = flood(s.port(), "tiered", ultrafast_rate(capacity_rps), kFloodFactor * capacity_rps, kFloodS, true);
+    // Long enough for about 8 fast arrivals (the interruption check below needs some: at
+    // 0.5 req/s a 5 s flood saw none about one run in ten).
+    const int flood_s = std::max(kFloodS, int(std::ceil(8.0 / ultrafast_rate(capacity_rps))));
+    const FloodResult r = flood(s.port(), "tiered", ultrafast_rate(capacity_rps), kFloodFactor * capacity_rps, flood_s, true);
     ASSERT_FALSE(r.uf.is_null() || r.st.is_null());
     tiered_ttft = ttft(r.uf);
     // Every ultrafast request succeeded on ultrafast, none refused or degraded.
@@ -277,7 +280,7 @@ TEST_F(Isolation, UltrafastServedStandardFlooredNothingLostTieredAndFifo) {
     std::printf("[isolation] capacity %.1f req/s; flood standard %.1f req/s for %d s: %d ok, %s refused; "
                 "standard token share %.3f (floor %.2f); mean step-budget share gauge while queued %.3f; "
                 "steps interrupted %.0f\n",
-                capacity_rps, kFloodFactor * capacity_rps, kFloodS, r.st.value("ok", 0),
+                capacity_rps, kFloodFactor * capacity_rps, flood_s, r.st.value("ok", 0),
                 r.st["errors_by_code"].dump().c_str(), share, kStandardFloor, r.gauge_share_mean,
                 interrupted(r.after) - interrupted(r.before));
     EXPECT_EQ(s.stop(), 0) << s.stderr_text();
