@@ -57,6 +57,33 @@ class Dockerfile(unittest.TestCase):
         hc = [c["value"] for c in runtime if c["instruction"] == "HEALTHCHECK"]
         self.assertTrue(hc and "/health/ready" in hc[0], hc)
 
+    def test_the_runtime_stage_installs_every_library_the_binary_links(self):
+        # ldd of the built binary, each library's Debian package (dpkg -S); those of
+        # debian:12-slim itself excepted. A library the build links but the image lacks
+        # would make the container fail at start.
+        base = {"libc6", "libgcc-s1", "libstdc++6"}
+        out = subprocess.run(["ldd", ARGS.bin], capture_output=True, text=True, check=True).stdout
+        runtime = " ".join(c["value"] for c in self.stages()[1]["cmds"] if c["instruction"] == "RUN").split()
+        build = " ".join(c["value"] for c in self.stages()[0]["cmds"] if c["instruction"] == "RUN").split()
+        needed = set()
+        for line in out.splitlines():
+            parts = line.split()
+            if "=>" not in parts or len(parts) < 3 or not parts[2].startswith("/"):
+                continue
+            real = os.path.realpath(parts[2])
+            for cand in (real, "/usr" + real, real[4:] if real.startswith("/usr/") else real):
+                r = subprocess.run(["dpkg", "-S", cand], capture_output=True, text=True)
+                if r.returncode == 0:
+                    needed.add(r.stdout.split(":")[0])
+                    break
+            else:
+                self.fail("no Debian package owns " + real)
+        for pkg in sorted(needed - base):
+            self.assertIn(pkg, runtime, "the runtime stage lacks " + pkg)
+            stem = pkg.rstrip("0123456789.-")  # libhiredis0.14 -> libhiredis, libpcre2-8-0 -> libpcre
+            self.assertTrue(any(b.startswith(stem) and b.endswith("-dev") for b in build),
+                            "the build stage lacks the -dev package of " + pkg)
+
     def test_every_run_passes_shellcheck(self):
         if not shutil.which("shellcheck"):
             self.fail("shellcheck is not installed (scripts/deps.sh installs it)")
