@@ -49,23 +49,9 @@ print(f"{n} requests, {len(seen)} distinct ({100 * (n - len(seen)) / n:.1f}% rep
 EOF
 sed -i "s/\"max_tokens\": 0/\"max_tokens\": $MAX_TOKENS/" "$OUT_DIR/replay.jsonl"
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done; wait 2> /dev/null || true; }
-trap cleanup EXIT
-wait_port() {  # FILE PID
-  for _ in $(seq 1 600); do
-    [ -s "$1" ] && return 0
-    kill -0 "$2" 2> /dev/null || die "a process exited before listening (see $OUT_DIR)"
-    sleep 0.1
-  done
-  die "nothing listened within 60 s"
-}
-
-"$BIN" serve -m "$MODEL" -t "$THREADS" -p 0 --port-file "$OUT_DIR/worker.port" --served-model-name m \
-  > "$OUT_DIR/worker.out" 2> "$OUT_DIR/worker.err" &
-PIDS+=($!)
-wait_port "$OUT_DIR/worker.port" "${PIDS[-1]}"
-WORKER=http://127.0.0.1:$(head -1 "$OUT_DIR/worker.port")
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+start_worker "$MODEL" "$THREADS" m
 
 run() {  # NAME CACHE(yes|no)
   local name=$1 cache=$2
@@ -80,7 +66,8 @@ run() {  # NAME CACHE(yes|no)
     > "$OUT_DIR/$name.out" 2> "$OUT_DIR/$name.err" &
   local gpid=$!
   wait_port "$OUT_DIR/$name.port" "$gpid"
-  local url=http://127.0.0.1:$(head -1 "$OUT_DIR/$name.port")
+  local url
+  url=http://127.0.0.1:$(head -1 "$OUT_DIR/$name.port")
   for _ in $(seq 1 100); do curl -s -f "$url/health/ready" > /dev/null && break; sleep 0.1; done
   "$BIN" bench --url "$url" --model m --workload "$OUT_DIR/replay.jsonl" --mode closed -c "$CONCURRENCY" -n "$N" \
     --no-cold-start -q --json "$OUT_DIR/$name.json" > "$OUT_DIR/$name.txt" 2> "$OUT_DIR/$name.bench.err" ||

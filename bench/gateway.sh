@@ -26,24 +26,9 @@ mkdir -p "$OUT_DIR"
 MODEL=$OUT_DIR/tiny_q8_0.gguf
 [ -f "$MODEL" ] || "$BIN" make-model --arch llama --shape tiny --type q8_0 -o "$MODEL" > /dev/null
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done; wait 2> /dev/null || true; }
-trap cleanup EXIT
-
-wait_port() {  # FILE PID
-  for _ in $(seq 1 600); do
-    [ -s "$1" ] && return 0
-    kill -0 "$2" 2> /dev/null || die "a process exited before listening (see $OUT_DIR)"
-    sleep 0.1
-  done
-  die "nothing listened within 60 s"
-}
-
-"$BIN" serve -m "$MODEL" -t "$THREADS" -p 0 --port-file "$OUT_DIR/worker.port" --served-model-name tiny \
-  > "$OUT_DIR/worker.out" 2> "$OUT_DIR/worker.err" &
-PIDS+=($!)
-wait_port "$OUT_DIR/worker.port" "${PIDS[-1]}"
-WORKER=http://127.0.0.1:$(head -1 "$OUT_DIR/worker.port")
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+start_worker "$MODEL" "$THREADS" tiny
 cat > "$OUT_DIR/gateway.yaml" << EOF
 workers:
   - {name: worker, kind: tierserve, model: tiny, url: "$WORKER", max_inflight: 4096}

@@ -48,18 +48,6 @@ std::string body(bool stream) {
   return b.dump();
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(Replicas, KillNineOfAReplicaBehindEnvoyLosesNothing) {
   if (::access(kEnvoy.c_str(), X_OK) != 0 || ::access("/usr/bin/redis-server", X_OK) != 0) {
     const char* req = std::getenv("TIERSERVE_REQUIRE_ENVOY");
