@@ -133,6 +133,15 @@ bool Fleet::try_place(Queued& q, int tier, Actions& out) {
       if (fw.pool == pool && fw.model == model) return true;
     return false;
   };
+  auto placed = [](int worker, int pool, bool pool_fallback, bool borrowed, bool model_fallback) {
+    Placement pl;
+    pl.worker = worker;
+    pl.pool = pool;
+    pl.pool_fallback = pool_fallback;
+    pl.borrowed = borrowed;
+    pl.model_fallback = model_fallback;
+    return pl;
+  };
   auto attempt = [&](int model, bool model_fallback) {
     bool earlier = false;
     for (size_t i = 0; i < ft.pools.size(); ++i) {
@@ -146,25 +155,11 @@ bool Fleet::try_place(Queued& q, int tier, Actions& out) {
       if (!q.promoted && ft.share_max < 1 && tier_inflight(tier, p, model) >= int32_t(std::ceil(ft.share_max * cap)) &&
           pool_has_owner_demand(p, tier, model))
         continue;
-      const int w = pick(q, tier, p, model, false);
-      if (w < 0) continue;
-      Placement pl;
-      pl.worker = w;
-      pl.pool = p;
-      pl.pool_fallback = fallback;
-      pl.model_fallback = model_fallback;
-      return pl;
+      if (const int w = pick(q, tier, p, model, false); w >= 0) return placed(w, p, fallback, false, model_fallback);
     }
     for (int p : ft.borrow) {
       if (pool_has_owner_demand(p, tier, model)) continue;
-      const int w = pick(q, tier, p, model, true);
-      if (w < 0) continue;
-      Placement pl;
-      pl.worker = w;
-      pl.pool = p;
-      pl.borrowed = true;
-      pl.model_fallback = model_fallback;
-      return pl;
+      if (const int w = pick(q, tier, p, model, true); w >= 0) return placed(w, p, false, true, model_fallback);
     }
     return Placement{};
   };

@@ -3,6 +3,7 @@
 // SIGTERM/SIGINT, then drains: new requests 503, in-flight and queued ones finish (up to
 // drain_timeout_ms), the local workers are stopped.
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +45,7 @@ int cmd_gateway(int argc, char** argv) {
   app.add_option("-p,--port", port, "listen port, 0 for any free one (listen.port)")->check(CLI::Range(0, 65535));
   app.add_option("--admin-port", admin_port, "port of the /metrics and /admin listener; -1: on the main one")->check(CLI::Range(-1, 65535));
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
-  app.add_option("--work-dir", work_dir, "where local workers' port files and logs go (default: a new /tmp/tierserve-gateway.*)");
+  app.add_option("--work-dir", work_dir, "where local workers' port files and logs go (default: a new $TMPDIR/tierserve-gateway.*)");
   app.add_option("--serve-binary", serve_binary, "the tierserve binary local workers run (default: this one)");
   app.add_option("--log-format", log_format, "text or json lines on stderr (log.format)")->check(CLI::IsMember({"text", "json"}));
   app.add_flag("--check-config", check, "validate the config and exit (0: valid, 2: the error)");
@@ -66,9 +67,13 @@ int cmd_gateway(int argc, char** argv) {
   if (check) return 0;
   if (serve_binary.empty()) serve_binary = cfg.serve_binary.empty() ? self_exe() : cfg.serve_binary;
   if (work_dir.empty()) {
-    char tmpl[] = "/tmp/tierserve-gateway.XXXXXX";
-    if (!::mkdtemp(tmpl)) return usage_error("cannot create a work directory under /tmp");
-    work_dir = tmpl;
+    // A fresh private directory under $TMPDIR (else /tmp): mkdtemp(3) fills in the name's
+    // last six characters.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string name = std::string(tmp && *tmp ? tmp : "/tmp") + "/tierserve-gateway.";
+    name.append(6, 'X');
+    if (!::mkdtemp(name.data())) return usage_error("cannot create a work directory " + name + ": " + std::strerror(errno));
+    work_dir = name;
   } else if (::mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return usage_error("cannot create --work-dir " + work_dir);
   }
