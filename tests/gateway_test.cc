@@ -572,6 +572,20 @@ TEST(Gateway, EachWorkerKindGetsTheTierInItsTermsAndKeysAreLimitedOnce) {
   EXPECT_EQ(r.header("x-tierserve-tier-served"), "standard");
   EXPECT_EQ(r.header("x-tierserve-degraded-reason"), "not_entitled");
   EXPECT_EQ(json::parse(ts.last_body())["service_tier"], "standard");
+  // A body priority (the Inference Extension's: higher = more urgent) names the tier when
+  // service_tier does not; the worker is told the tier, not the priority.
+  const HeaderList std_key = {{"Authorization", "Bearer sk-gw-std"}};
+  r = http(g.port(), "POST", "/v1/completions", R"({"model":"mid","prompt":"Once","max_tokens":4,"priority":-10})", std_key);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-tier-served"), "batch");
+  sent = json::parse(ts.last_body());
+  EXPECT_EQ(sent["service_tier"], "batch") << sent.dump();
+  EXPECT_FALSE(sent.contains("priority"));
+  const int seen = ts.completions();
+  r = http(g.port(), "POST", "/v1/completions", R"({"model":"mid","prompt":"Once","priority":"high"})", std_key);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(body_json(r)["error"]["param"], "priority") << r.body;
+  EXPECT_EQ(ts.completions(), seen);
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
 }
 

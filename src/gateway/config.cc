@@ -159,7 +159,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
-  check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "default_tier", "router", "health", "upstream",
+  check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "request_priorities", "default_tier", "router", "health", "upstream",
                         "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
@@ -176,6 +176,17 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (!a.IsMap()) fail("tier_aliases", "expected a mapping of alias: tier");
     c.tier_aliases.clear();
     for (const auto& kv : a) c.tier_aliases[kv.first.as<std::string>()] = get_str(kv.second, "tier_aliases." + kv.first.as<std::string>());
+  }
+  if (const YAML::Node a = root["request_priorities"]) {
+    if (!a.IsMap()) fail("request_priorities", "expected a mapping of tier: lowest priority");
+    c.request_priorities.clear();
+    for (const auto& kv : a) {
+      const std::string k = kv.first.as<std::string>();
+      c.request_priorities[k] = int32_t(get_int(kv.second, "request_priorities." + k, INT32_MIN, INT32_MAX));
+    }
+  } else {
+    for (auto it = c.request_priorities.begin(); it != c.request_priorities.end();)
+      it = c.tier_index(it->first) >= 0 ? std::next(it) : c.request_priorities.erase(it);
   }
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
   if (root["router"]) parse_router(root["router"], c.router);
@@ -401,6 +412,10 @@ Status validate(const GatewayConfig& c) {
   for (const auto& [alias, tier] : c.tier_aliases)
     if (!tiers.count(tier)) return invalid_argument("tier_aliases." + alias + ": '" + tier + "' is not a configured tier");
   if (!tiers.count(c.default_tier)) return invalid_argument("default_tier '" + c.default_tier + "' is not a configured tier");
+  if (auto st = server::check_request_priorities(c.request_priorities, std::vector<std::string>(tiers.begin(), tiers.end()),
+                                                 "request_priorities");
+      !st.is_ok())
+    return st;
   const RouterConfig& r = c.router;
   if (r.name.empty()) return invalid_argument("router.name: empty");
   for (size_t i = 0; i < r.rules.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -445,12 +446,9 @@ int64_t Gateway::prompt_tokens(std::string_view text, bool* estimated) const {
 }
 
 std::optional<std::string> Gateway::resolve_tier(const std::string& asked) const {
-  if (asked == "auto") return std::string();
-  for (const auto& t : cfg_.tiers)
-    if (t.name == asked) return t.name;
-  const std::string v = asked == "fast" ? "priority" : asked == "scale" ? "default" : asked;
-  if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end()) return it->second;
-  return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& t : cfg_.tiers) names.push_back(t.name);
+  return server::resolve_service_tier(asked, names, cfg_.tier_aliases);
 }
 
 int Gateway::tier_priority(const std::string& tier) const { return cfg_.tier_index(tier); }
@@ -490,6 +488,17 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
     auto t = resolve_tier(b["service_tier"].get<std::string>());
     if (!t) return bad("unknown service_tier '" + b["service_tier"].get<std::string>() + "'", "service_tier", "invalid_value");
     requested = *t;
+  }
+  if (b.contains("priority") && !b["priority"].is_null()) {
+    // An int32 as serve reads it: a JSON integer, or a float with an integral value.
+    const json& p = b["priority"];
+    const double d = p.is_number() ? p.get<double>() : 0.5;
+    if (!p.is_number() || std::floor(d) != d || d < INT32_MIN || d > INT32_MAX)
+      return bad("'priority' must be an integer (32-bit; higher = more urgent)", "priority", "invalid_type");
+    if (cfg_.request_priorities.empty())
+      return bad("'priority' is not mapped to tiers on this gateway (request_priorities is empty); name a service_tier instead",
+                 "priority", "unsupported_parameter");
+    if (requested.empty()) requested = server::tier_for_priority(cfg_.request_priorities, int64_t(d));
   }
   server::KeyState* key = keys_.enabled() ? keys_.authenticate(req.header("authorization")) : nullptr;
   if (requested.empty()) requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
@@ -1020,9 +1029,7 @@ void Gateway::answer_from_cache(const std::shared_ptr<Exchange>& x, const Cached
   server::ServedInfo si;
   si.tier_requested = cfg_.tiers[size_t(x->tier_requested)].name;
   si.tier_served = cfg_.tiers[size_t(x->tier)].name;
-  si.service_tier = si.tier_served;
-  for (const char* v : {"priority", "default", "flex"})  // OpenAI's value of the tier, when it has one
-    if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end() && it->second == si.tier_served) si.service_tier = v;
+  si.service_tier = server::openai_service_tier(si.tier_served, cfg_.tier_aliases);
   si.degraded_reason = x->degraded_reason;
   server::UsageInfo u;
   u.prompt_tokens = a.prompt_tokens;

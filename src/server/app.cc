@@ -10,6 +10,7 @@
 #include "kernels/traits.h"
 #include "metrics/process.h"
 #include "metrics/prometheus.h"
+#include "server/tier_names.h"
 #include "metrics/tierserve_metrics.h"
 #include "server/access_log.h"
 #include "server/api_error.h"
@@ -53,12 +54,7 @@ App::App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry,
       clock_(clock),
       model_names_(cfg.model.served_names.empty() ? std::vector<std::string>{std::move(model_id)} : cfg.model.served_names),
       keys_(cfg.keys, clock) {
-  for (const auto& t : cfg_.sched.tiers)
-    for (const char* v : {"priority", "default", "flex", "scale"})
-      if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end() && it->second == t.name) {
-        openai_tiers_.emplace(t.name, v);
-        break;
-      }
+  for (const auto& t : cfg_.sched.tiers) tier_names_.push_back(t.name);
   main_.add("POST", "/v1/chat/completions",
             [this](const HttpRequest& r, std::shared_ptr<Responder> o) { completions(r, std::move(o), Endpoint::kChat); });
   main_.add("POST", "/v1/completions",
@@ -86,19 +82,10 @@ void App::handle(const HttpRequest& req, std::shared_ptr<Responder> raw, Listene
 }
 
 std::optional<std::string> App::resolve_tier(const std::string& service_tier) const {
-  if (service_tier == "auto") return std::string();
-  for (const auto& t : cfg_.sched.tiers)
-    if (t.name == service_tier) return t.name;
-  // OpenAI's newer names: fast for priority, scale (an enterprise tier) for default.
-  const std::string v = service_tier == "fast" ? "priority" : service_tier == "scale" ? "default" : service_tier;
-  if (auto it = cfg_.tier_aliases.find(v); it != cfg_.tier_aliases.end()) return it->second;
-  return std::nullopt;
+  return resolve_service_tier(service_tier, tier_names_, cfg_.tier_aliases);
 }
 
-std::string App::openai_tier(const std::string& tier) const {
-  auto it = openai_tiers_.find(tier);
-  return it == openai_tiers_.end() ? "default" : it->second;
-}
+std::string App::openai_tier(const std::string& tier) const { return openai_service_tier(tier, cfg_.tier_aliases); }
 
 int32_t App::tier_priority(const std::string& name) const {
   for (const auto& t : cfg_.sched.tiers)

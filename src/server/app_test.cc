@@ -447,6 +447,50 @@ TEST_F(AppTest, ServiceTierValuesInAndOut) {
   EXPECT_NE(validate(c).message().find("tier_aliases.auto"), std::string::npos);
 }
 
+// A body priority (the Inference Extension's convention: higher = more urgent) picks the
+// tier when service_tier names none: the tier with the highest threshold at or below it.
+TEST_F(AppTest, BodyPriorityMapsToTiers) {
+  make();
+  const std::pair<const char*, const char*> cases[] = {
+      {"1000", "ultrafast"}, {"100", "ultrafast"}, {"99", "standard"}, {"0", "standard"}, {"-1", "batch"},
+      {"-10", "batch"},      {"-2147483648", "batch"}, {"100.0", "ultrafast"}};
+  for (const auto& [p, tier] : cases) {
+    backend.reqs.clear();
+    call(post("/v1/completions", std::string(R"({"prompt":"a","max_tokens":2,"priority":)") + p + "}"));
+    ASSERT_EQ(backend.reqs.size(), 1u) << p;
+    EXPECT_EQ(backend.reqs[0].tier, tier) << p;
+  }
+  // service_tier wins; "auto" leaves it to the priority.
+  backend.reqs.clear();
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":2,"priority":100,"service_tier":"flex"})"));
+  call(post("/v1/completions", R"({"prompt":"a","max_tokens":2,"priority":100,"service_tier":"auto"})"));
+  ASSERT_EQ(backend.reqs.size(), 2u);
+  EXPECT_EQ(backend.reqs[0].tier, "batch");
+  EXPECT_EQ(backend.reqs[1].tier, "ultrafast");
+  // Not an int32: a typed 400, nothing queued.
+  backend.reqs.clear();
+  for (const char* p : {R"("high")", "1.5", "2147483648", "true", "[1]"}) {
+    auto rec = call(post("/v1/completions", std::string(R"({"prompt":"a","priority":)") + p + "}"));
+    EXPECT_EQ(rec->resp.status, 400) << p;
+    EXPECT_EQ(rec->body()["error"]["param"], "priority") << p;
+  }
+  EXPECT_TRUE(backend.reqs.empty());
+  // Unmapped on this server: told so.
+  ServerConfig c;
+  c.request_priorities.clear();
+  make(c);
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","priority":5})"));
+  EXPECT_EQ(rec->resp.status, 400);
+  EXPECT_EQ(rec->body()["error"]["code"], "unsupported_parameter");
+  // Thresholds name configured tiers, once each.
+  c = ServerConfig{};
+  c.request_priorities["gold"] = 7;
+  EXPECT_NE(validate(c).message().find("request_priorities.gold"), std::string::npos) << validate(c).message();
+  c = ServerConfig{};
+  c.request_priorities["batch"] = 0;
+  EXPECT_NE(validate(c).message().find("given to two tiers"), std::string::npos) << validate(c).message();
+}
+
 TEST_F(AppTest, ModelNamesAnd404) {
   ServerConfig c;
   c.model.served_names = {"alpha", "beta"};

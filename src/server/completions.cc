@@ -292,6 +292,16 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
     }
     requested = *t;
   }
+  // A body priority (the Inference Extension's convention) when service_tier names none.
+  if (requested.empty() && r.priority) {
+    if (cfg_.request_priorities.empty()) {
+      out->respond(error_response(bad_request("'priority' is not mapped to tiers on this server (request_priorities is "
+                                              "empty); name a service_tier instead",
+                                              "priority", "unsupported_parameter")));
+      return;
+    }
+    requested = tier_for_priority(cfg_.request_priorities, *r.priority);
+  }
   if (requested.empty())
     requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
   if (rec) rec->tier_requested = requested;

@@ -104,7 +104,7 @@ namespace {
 
 void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (!root || root.IsNull()) return;  // an empty file: all defaults
-  check_keys(root, "", {"listen", "admin", "model", "engine", "speculative", "scheduling", "scheduler", "tiers", "tier_aliases",
+  check_keys(root, "", {"listen", "admin", "model", "engine", "speculative", "scheduling", "scheduler", "tiers", "tier_aliases", "request_priorities",
                         "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys", "metrics", "log"});
   if (const YAML::Node m = root["metrics"]) {
     check_keys(m, "metrics", {"vllm_names"});
@@ -224,6 +224,20 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
       const bool configured = std::any_of(c.sched.tiers.begin(), c.sched.tiers.end(),
                                           [&](const sched::TierConfig& t) { return t.name == it->second; });
       it = configured ? std::next(it) : c.tier_aliases.erase(it);
+    }
+  }
+  if (const YAML::Node a = root["request_priorities"]) {
+    if (!a.IsMap()) fail("request_priorities", "expected a mapping of tier: lowest priority");
+    c.request_priorities.clear();
+    for (const auto& kv : a) {
+      const std::string k = kv.first.as<std::string>();
+      c.request_priorities[k] = int32_t(get_int(kv.second, "request_priorities." + k, INT32_MIN, INT32_MAX));
+    }
+  } else {
+    for (auto it = c.request_priorities.begin(); it != c.request_priorities.end();) {
+      const bool configured = std::any_of(c.sched.tiers.begin(), c.sched.tiers.end(),
+                                          [&](const sched::TierConfig& t) { return t.name == it->first; });
+      it = configured ? std::next(it) : c.request_priorities.erase(it);
     }
   }
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
@@ -428,6 +442,10 @@ Status validate(const ServerConfig& c) {
       return invalid_argument("tier_aliases.auto: service_tier 'auto' means the key's default tier, else default_tier; "
                               "it is not an alias");
   }
+  if (auto st = check_request_priorities(c.request_priorities, std::vector<std::string>(tiers.begin(), tiers.end()),
+                                         "request_priorities");
+      !st.is_ok())
+    return st;
   for (const auto& t : c.sched.tiers) {
     bool has = false;
     for (const char* v : {"priority", "default", "flex", "scale"}) {
@@ -554,6 +572,9 @@ std::string to_yaml(const ServerConfig& c) {
   out << YAML::EndSeq;
   out << YAML::Key << "tier_aliases" << YAML::Value << YAML::BeginMap;
   for (const auto& [a, t] : c.tier_aliases) out << YAML::Key << a << YAML::Value << t;
+  out << YAML::EndMap;
+  out << YAML::Key << "request_priorities" << YAML::Value << YAML::BeginMap;
+  for (const auto& [t, p] : c.request_priorities) out << YAML::Key << t << YAML::Value << p;
   out << YAML::EndMap;
   out << YAML::Key << "default_tier" << YAML::Value << c.default_tier;
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap << YAML::Key << "vllm_names" << YAML::Value

@@ -71,6 +71,7 @@ tiers:
     on_timeout: downgrade:slow
   - {name: slow, priority: 1, share_min: 0.5, max_queued_requests: 2, queue: shortest_prompt_first}
 tier_aliases: {priority: fast, default: slow, flex: slow}
+request_priorities: {fast: 10, slow: -5}
 default_tier: slow
 limits: {max_body_bytes: 1000, max_tokens_cap: 64}
 http: {threads: 3, max_connections: 7}
@@ -96,6 +97,7 @@ keys:
   EXPECT_EQ(c->sched.tiers[0].on_timeout.action, sched::TimeoutAction::kDowngrade);
   EXPECT_EQ(c->sched.tiers[0].on_timeout.target, "slow");
   EXPECT_EQ(c->sched.tiers[1].queue, sched::QueueKind::kShortestPromptFirst);
+  EXPECT_EQ(c->request_priorities, (RequestPriorities{{"fast", 10}, {"slow", -5}}));
   EXPECT_EQ(c->limits.max_body_bytes, 1000);
   EXPECT_EQ(c->http.threads, 3);
   EXPECT_EQ(c->http.max_connections, 7);
@@ -178,6 +180,8 @@ TEST(ServerConfig, ValidateCatchesCrossFieldErrors) {
        "share_min_sum_above_one"},
       {"default_tier: gold", "default_tier 'gold'"},
       {"tier_aliases: {priority: gold}", "tier_aliases.priority"},
+      {"request_priorities: {gold: 1}", "request_priorities.gold"},
+      {"request_priorities: {ultrafast: 0, standard: 0}", "given to two tiers"},
       {"keys:\n  - {sha256: abc}", "64 lowercase hex"},
       {"keys:\n  - {sha256: " + h + ", tiers: [gold]}", "'gold' is not a configured tier"},
       {"keys:\n  - {sha256: " + h + ", tiers: [batch], default_tier: standard}", "not among the key's tiers"},

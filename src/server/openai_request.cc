@@ -267,6 +267,12 @@ std::optional<ApiError> parse_object(const json& j, Endpoint ep, const RequestLi
     if (auto e = read_string(j["service_tier"], "service_tier", t)) return e;
     r.service_tier = t;
   }
+  if (has("priority")) {
+    int64_t p = 0;
+    if (auto e = read_int(j["priority"], "priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), p))
+      return e;
+    r.priority = p;
+  }
 
   for (const char* k : {"tools", "functions", "tool_choice", "function_call"})
     if (has(k) && !(j[k].is_array() && j[k].empty()) && !(j[k].is_string() && j[k].get<std::string>() == "none"))

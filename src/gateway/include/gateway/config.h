@@ -145,6 +145,7 @@ struct GatewayConfig {
   std::vector<TierConfig> tiers = default_tiers();
   std::map<std::string, std::string> tier_aliases = {{"priority", "ultrafast"}, {"default", "standard"}, {"flex", "batch"}};
   std::string default_tier = "standard";
+  server::RequestPriorities request_priorities = server::default_request_priorities();  // as serve's
   RouterConfig router;
   HealthConfig health;
   UpstreamConfig upstream;

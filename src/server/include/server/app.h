@@ -92,7 +92,7 @@ class App {
   metrics::Registry* registry_;
   const Clock& clock_;
   std::vector<std::string> model_names_;
-  std::map<std::string, std::string> openai_tiers_;  // tier -> OpenAI value
+  std::vector<std::string> tier_names_;  // the configured tiers, in order
   KeyTable keys_;
   Router main_, admin_;
   std::atomic<bool> ready_{true};

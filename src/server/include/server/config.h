@@ -12,6 +12,7 @@
 //             on_timeout, max_queued_requests, max_queued_tokens, max_batch,
 //             speculative, preemption_budget, queue} ]
 //   tier_aliases: {priority: ultrafast, default: standard, flex: batch}
+//   request_priorities: {ultrafast: 100, standard: 0, batch: -10}
 //   metrics: {vllm_names}            log: {format, access}
 //   default_tier: standard
 //   limits: {max_header_bytes, max_body_bytes, max_tokens_cap, default_max_tokens, ...}
@@ -32,6 +33,7 @@
 #include "core/status.h"
 #include "sched/config.h"
 #include "server/openai_request.h"
+#include "server/tier_names.h"
 
 namespace ts::server {
 
@@ -138,6 +140,9 @@ struct ServerConfig {
   // one. "auto" is not an alias: it means the key's default tier, else default_tier.
   std::map<std::string, std::string> tier_aliases = {{"priority", "ultrafast"}, {"default", "standard"}, {"flex", "batch"}};
   std::string default_tier = "standard";
+  // A body `priority` (higher = more urgent) -> tiers: each tier's lowest priority
+  // (tier_names.h). Used when service_tier is absent or auto.
+  RequestPriorities request_priorities = default_request_priorities();
   Limits limits;
   HttpConfig http;
   int64_t drain_timeout_ms = 30000;

@@ -70,6 +70,7 @@ struct CompletionRequest {
   bool ignore_eos = false;
   std::string user;
   std::optional<std::string> service_tier; // as given; mapped to a tier by the handler
+  std::optional<int64_t> priority;         // an int32; higher = more urgent (tier_names.h)
   // -1: no logprobs; else log-probabilities of the output tokens with this many
   // alternatives each (chat: logprobs true + top_logprobs; completions: logprobs N).
   int32_t logprobs = -1;
