@@ -160,7 +160,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
   check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "request_priorities", "default_tier", "router", "health", "upstream",
-                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache"});
+                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache", "keys_file"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node w = root["workers"]) {
@@ -231,10 +231,7 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (r["prefix"]) c.redis.prefix = get_str(r["prefix"], "redis.prefix");
     if (r["lease_ms"]) c.redis.lease_ms = get_int(r["lease_ms"], "redis.lease_ms", 1000, int64_t(86400000) * 7);
   }
-  if (const YAML::Node k = root["keys"]) {
-    if (!k.IsSequence()) fail("keys", "expected a list of keys");
-    for (size_t i = 0; i < k.size(); ++i) c.keys.push_back(parse_key(k[i], "keys[" + std::to_string(i) + "]"));
-  }
+  parse_keys(root, c.keys);
   if (const YAML::Node l = root["limits"]) {
     check_keys(l, "limits", {"max_header_bytes", "max_body_bytes"});
     if (l["max_header_bytes"]) c.limits.max_header_bytes = get_int(l["max_header_bytes"], "limits.max_header_bytes", 1024, 1 << 24);

@@ -105,7 +105,7 @@ namespace {
 void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (!root || root.IsNull()) return;  // an empty file: all defaults
   check_keys(root, "", {"listen", "admin", "model", "engine", "speculative", "scheduling", "scheduler", "tiers", "tier_aliases", "request_priorities",
-                        "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys", "metrics", "log"});
+                        "default_tier", "limits", "http", "drain_timeout_ms", "on_unentitled", "keys", "keys_file", "metrics", "log"});
   if (const YAML::Node m = root["metrics"]) {
     check_keys(m, "metrics", {"vllm_names"});
     if (m["vllm_names"]) c.metrics.vllm_names = get_bool(m["vllm_names"], "metrics.vllm_names");
@@ -271,11 +271,7 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
     else if (s == "reject") c.on_unentitled = OnUnentitled::kReject;
     else fail("on_unentitled", "expected downgrade or reject, got '" + s + "'");
   }
-  if (const YAML::Node k = root["keys"]) {
-    if (k.IsNull()) return;
-    if (!k.IsSequence()) fail("keys", "expected a list of keys");
-    for (size_t i = 0; i < k.size(); ++i) c.keys.push_back(parse_key(k[i], "keys[" + std::to_string(i) + "]"));
-  }
+  parse_keys(root, c.keys);
 }
 
 bool is_hex64(const std::string& s) {

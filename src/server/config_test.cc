@@ -212,6 +212,38 @@ TEST(ServerConfig, TierOverrides) {
   EXPECT_FALSE(apply_tier_override(c, "nonsense").is_ok());
 }
 
+// Key hashes from a file of their own (a Kubernetes Secret), after the config's own.
+TEST(ServerConfig, KeysFileAddsKeys) {
+  const std::string dir = std::string(TS_BINARY_DIR);
+  const std::string a = sha256_hex("a"), b = sha256_hex("b");
+  {
+    std::ofstream(dir + "/keys_file_test.yaml") << "keys:\n  - {name: b, sha256: " << b << ", tiers: [batch]}\n";
+    std::ofstream(dir + "/keys_file_bad.yaml") << "keys: {name: x}\n";
+    std::ofstream(dir + "/keys_file_extra.yaml") << "listen: {port: 1}\n";
+  }
+  auto c = parse_config("keys:\n  - {name: a, sha256: " + a + "}\nkeys_file: " + dir + "/keys_file_test.yaml\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  ASSERT_EQ(c->keys.size(), 2u);
+  EXPECT_EQ(c->keys[0].name, "a");
+  EXPECT_EQ(c->keys[1].name, "b");
+  EXPECT_EQ(c->keys[1].tiers, std::vector<std::string>{"batch"});
+  EXPECT_TRUE(validate(*c).is_ok()) << validate(*c).to_string();
+  // `keys:` left empty is no keys, and the rest of the file is still read.
+  c = parse_config("keys:\nlog: {format: json}\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->keys.empty());
+  EXPECT_EQ(c->log.format, "json");
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/keys.yaml", "cannot read"},
+           {dir + "/keys_file_bad.yaml", "expected a list of keys"},
+           {dir + "/keys_file_extra.yaml", "unknown key"}}) {
+    auto e = parse_config("keys_file: " + file + "\n");
+    ASSERT_FALSE(e.is_ok()) << file;
+    EXPECT_NE(e.status().message().find("keys_file"), std::string::npos) << e.status().message();
+    EXPECT_NE(e.status().message().find(needle), std::string::npos) << e.status().message();
+  }
+}
+
 TEST(ServerConfig, MissingFileIsNotFound) {
   auto c = load_config("/nonexistent/tierserve.yaml");
   ASSERT_FALSE(c.is_ok());

@@ -92,4 +92,29 @@ KeyConfig parse_key(const YAML::Node& n, const std::string& path) {
   return k;
 }
 
+void parse_keys(const YAML::Node& root, std::vector<KeyConfig>& out) {
+  if (const YAML::Node k = root["keys"]; k && !k.IsNull()) {  // `keys:` with nothing: none
+    if (!k.IsSequence()) fail("keys", "expected a list of keys");
+    for (size_t i = 0; i < k.size(); ++i) out.push_back(parse_key(k[i], "keys[" + std::to_string(i) + "]"));
+  }
+  const YAML::Node f = root["keys_file"];
+  if (!f) return;
+  const std::string path = get_str(f, "keys_file");
+  YAML::Node file;
+  try {
+    file = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail("keys_file", "cannot read '" + path + "'");
+  } catch (const YAML::Exception& e) {
+    fail("keys_file", "'" + path + "': " + e.msg);
+  }
+  if (!file || file.IsNull()) return;  // an empty file: no keys
+  if (!file.IsMap()) fail("keys_file", "'" + path + "': expected a mapping with a keys: list");
+  check_keys(file, "keys_file", {"keys"});
+  const YAML::Node k = file["keys"];
+  if (!k) return;
+  if (!k.IsSequence()) fail("keys_file", "'" + path + "': keys: expected a list of keys");
+  for (size_t i = 0; i < k.size(); ++i) out.push_back(parse_key(k[i], "keys_file:keys[" + std::to_string(i) + "]"));
+}
+
 }  // namespace ts::server::yaml

@@ -42,5 +42,9 @@ constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
 void parse_listen(const YAML::Node& n, const std::string& path, ListenConfig& l, int64_t min_port);
 // One entry of `keys:` (an API key's hash, tiers and limits).
 KeyConfig parse_key(const YAML::Node& n, const std::string& path);
+// The root's `keys:` list, then the keys of `keys_file:` (a YAML file with a `keys:` list
+// of its own, e.g. mounted from a Kubernetes Secret so that key hashes stay out of the
+// config's ConfigMap), appended to `out`.
+void parse_keys(const YAML::Node& root, std::vector<KeyConfig>& out);
 
 }  // namespace ts::server::yaml
