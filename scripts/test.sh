@@ -17,6 +17,9 @@ bash bench/peer.sh --server-only --jobs "${JOBS:-2}" > /dev/null
 # Chromium, llama-server, redis-server and Envoy (the tests start their own, on loopback).
 export TIERSERVE_REQUIRE_DEFAULT_MODEL=1 TIERSERVE_REQUIRE_OPENAI=1 TIERSERVE_REQUIRE_CHROMIUM=1 TIERSERVE_REQUIRE_LLAMA_SERVER=1
 export TIERSERVE_REQUIRE_REDIS=1 TIERSERVE_REQUIRE_ENVOY=1
+# kubectl renders deploy/k8s offline (tests/k8s_test.py). It is on the project's machines;
+# Debian's archive has no kubectl: elsewhere install it from pkgs.k8s.io first.
+export TIERSERVE_REQUIRE_KUBECTL=1
 echo "[test] running ctest"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 # The machines this runs on have no AMX: the whole suite again with the AMX kernels' tile
