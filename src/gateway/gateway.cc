@@ -297,7 +297,13 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     raw->registry_->gauge(kWorkerUp, {raw->cfg_.workers[size_t(w)].name})->set(up ? 1 : 0);
   };
   g->workers_->on_restart = [raw](int w) { raw->registry_->counter(kWorkerRestarts, {raw->cfg_.workers[size_t(w)].name})->inc(); };
-  for (const WorkerConfig& w : cfg.workers) g->registry_->gauge(kWorkerUp, {w.name})->set(0);
+  // Every worker's series from the start (a counter that appears only at its first
+  // increment hides that first event from rate() and increase()).
+  for (const WorkerConfig& w : cfg.workers) {
+    g->registry_->gauge(kWorkerUp, {w.name})->set(0);
+    g->registry_->counter(kRetries, {w.name});
+    if (w.kind == WorkerKind::kLocal) g->registry_->counter(kWorkerRestarts, {w.name});
+  }
   // Routes.
   using H = std::shared_ptr<Responder>;
   auto& r = g->routes_;
