@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <ctime>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -802,6 +803,96 @@ TEST(Gateway, TwoReplicasShareAKeysLimitsInRedis) {
   EXPECT_EQ(r.status, 503) << r.body;
   m = http(a.port(), "GET", "/metrics", "", kw).body;
   EXPECT_GE(metric_sum(m, "tierserve_gateway_shared_limits_errors_total{kind=\"reply\"}"), 1) << m;
+  EXPECT_EQ(a.stop(SIGTERM), 0) << a.stderr_text();
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
+}
+
+// Redis slow (every client paused past the replicas' timeout): each request is answered
+// at its timeout, explicitly (503 limits_unavailable fail-closed, local limits fail-open),
+// counted as a timeout, and both recover by themselves, the stale replies of the timed-out
+// connections never read as answers (a fresh key's limit is still exact afterwards). A
+// replica whose wall clock is ten minutes ahead (an LD_PRELOAD shim) shares the limits exactly:
+// the buckets run on Redis's clock, not the replicas'.
+TEST(Gateway, SlowRedisAndASkewedReplicaClock) {
+  prepare();
+  if (!have_redis()) GTEST_SKIP() << "no redis-server";
+  Redis redis;
+  ASSERT_TRUE(redis.start("redis-slow")) << testing_proc::slurp(kWork + "/redis-slow.err");
+  ServerProcess worker(kWork, "slow-redis-worker");
+  ASSERT_TRUE(worker.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kStories + "', threads: 1, served_name: stories}\n", {}))
+      << worker.stderr_text();
+  const std::string keys = "keys:\n  - {name: n, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-skew", kWork) + ", requests_per_min: 6}\n"
+                           "  - {name: m, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-after", kWork) + ", requests_per_min: 4}\n"
+                           "  - {name: w, sha256: " + hash_key(TS_TIERSERVE_BIN, "sk-wide", kWork) + ", requests_per_min: 1000}\n";
+  auto cfg = [&](const char* on_error) {
+    return "workers:\n  - {name: w, kind: tierserve, model: stories, url: 'http://127.0.0.1:" + std::to_string(worker.port()) +
+           "'}\n" + kHealth + keys + "redis: {host: 127.0.0.1, port: " + std::to_string(redis.port) + ", timeout_ms: 200, on_error: " +
+           on_error + "}\n";
+  };
+  ServerProcess a(kWork, "slow-a"), b(kWork, "skewed-b");
+  ASSERT_TRUE(a.start_command(TS_TIERSERVE_BIN, "gateway", cfg("closed"), {"--work-dir", kWork + "/slow-a.d"})) << a.stderr_text();
+  // B's wall clock ten minutes ahead, its monotonic clock left alone (tests/skewed_clock.cc).
+  ::setenv("LD_PRELOAD", TS_SKEWED_CLOCK_LIB, 1);
+  ::setenv("TIERSERVE_TEST_CLOCK_SKEW_S", "600", 1);
+  const bool b_up = b.start_command(TS_TIERSERVE_BIN, "gateway", cfg("open"), {"--work-dir", kWork + "/skewed-b.d"});
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("TIERSERVE_TEST_CLOCK_SKEW_S");
+  ASSERT_TRUE(b_up) << b.stderr_text();
+  const HeaderList kn = {{"Authorization", "Bearer sk-skew"}}, km = {{"Authorization", "Bearer sk-after"}},
+                   kw = {{"Authorization", "Bearer sk-wide"}};
+  ASSERT_TRUE(wait_up(a.port(), {}, 60000, kw)) << a.stderr_text();
+  ASSERT_TRUE(wait_up(b.port(), {}, 60000, kw)) << b.stderr_text();
+  // The skew took: B's log lines are dated ten minutes ahead.
+  {
+    const std::string log = b.stderr_text();
+    std::tm tm{};
+    ASSERT_NE(strptime(log.c_str(), "%Y-%m-%dT%H:%M:%S", &tm), nullptr) << log;
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    EXPECT_GT(int64_t(timegm(&tm)) - now_s, 500) << log.substr(0, 200);
+  }
+  HttpResult r;
+  int ok = 0, limited = 0;
+  for (int i = 0; i < 12; ++i) {
+    r = http(i % 2 ? b.port() : a.port(), "POST", "/v1/completions", completion("stories", "Once", 2, false), kn);
+    if (r.status == 200) ++ok;
+    else if (r.status == 429 && body_json(r)["error"]["code"] == "rate_limit_exceeded") ++limited;
+    else ADD_FAILURE() << r.status << " " << r.body;
+  }
+  EXPECT_EQ(ok, 6);
+  EXPECT_EQ(limited, 6);
+  // Redis paused for 3 s: answered at the 200 ms timeout, long before Redis answers.
+  const std::string cli = "redis-cli -p " + std::to_string(redis.port);
+  ASSERT_EQ(std::system((cli + " CLIENT PAUSE 3000 ALL > /dev/null").c_str()), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  r = http(a.port(), "POST", "/v1/completions", completion("stories", "Once", 2, false), kw);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(body_json(r)["error"]["code"], "limits_unavailable") << r.body;
+  EXPECT_LT(waited, 2500) << "the request waited for the paused Redis";
+  r = http(b.port(), "POST", "/v1/completions", completion("stories", "Once", 2, false), kw);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-tierserve-limits"), "local");
+  const std::string m = http(a.port(), "GET", "/metrics", "", kw).body;
+  EXPECT_GE(metric_sum(m, "tierserve_gateway_shared_limits_errors_total{kind=\"timeout\"}"), 1) << m;
+  // Both shared again once Redis answers (the pause ends, then the reconnect backoff).
+  for (int port : {a.port(), b.port()}) {
+    bool back = false;
+    for (int i = 0; i < 300 && !back; ++i) {
+      r = http(port, "POST", "/v1/completions", completion("stories", "Once", 2, false), kw);
+      back = r.status == 200 && r.header("x-tierserve-limits").empty();
+      if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(back) << port << ": " << r.status << " " << r.body;
+  }
+  ok = limited = 0;
+  for (int i = 0; i < 8; ++i) {
+    r = http(i % 2 ? b.port() : a.port(), "POST", "/v1/completions", completion("stories", "Once", 2, false), km);
+    if (r.status == 200) ++ok;
+    else if (r.status == 429) ++limited;
+    else ADD_FAILURE() << r.status << " " << r.body;
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_EQ(limited, 4);
   EXPECT_EQ(a.stop(SIGTERM), 0) << a.stderr_text();
   EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
 }
