@@ -434,7 +434,7 @@ TEST(Gateway, KillNineUnderLoadLosesNothingAndTheWorkerComesBack) {
   // The gateway's counters and its access log agree with the client.
   const std::string m = http(g.port(), "GET", "/metrics").body;
   EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{"), kClients * kPerClient) << m;
-  EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"slow\",outcome=\"ok\"}"), ok);
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"slow\",version=\"\",outcome=\"ok\"}"), ok);
   std::string err = g.stderr_text();
   int access = 0;
   for (size_t p = 0; (p = err.find(" access request_id=", p)) != std::string::npos; ++p)
@@ -1030,6 +1030,116 @@ TEST(Gateway, TwoReplicasShareTheCacheInRedis) {
   EXPECT_GE(metric_sum(m, "tierserve_gateway_cache_errors_total{kind=\"redis\"}"), 1) << m;
   EXPECT_EQ(a.stop(SIGTERM), 0) << a.stderr_text();
   EXPECT_EQ(b.stop(SIGTERM), 0) << b.stderr_text();
+}
+
+// Two real workers on different models as two versions of one served model: a 90/10 split
+// lands within binomial tolerance over 500 requests, said in x-tierserve-model-version,
+// the access log and the requests metric; the split changes live; a rollback sends all
+// traffic to the stable version at once while a request in flight on the canary finishes
+// there; bad changes are refused and traffic keeps its split; the event log has each
+// change. A second gateway keeps each conversation on one version.
+TEST(Gateway, VersionsSplitLiveAndRollBackAtOnce) {
+  prepare();
+  ServerProcess w1(kWork, "v1-worker"), w2(kWork, "v2-worker");
+  ASSERT_TRUE(w1.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kStories + "', threads: 1, served_name: chat}\n", {}))
+      << w1.stderr_text();
+  ASSERT_TRUE(w2.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kSlow + "', threads: 1, served_name: chat}\n", {}))
+      << w2.stderr_text();
+  auto cfg = [&](const std::string& release) {
+    return "workers:\n  - {name: stable, kind: tierserve, model: chat, version: v1, url: 'http://127.0.0.1:" +
+           std::to_string(w1.port()) + "'}\n  - {name: canary, kind: tierserve, model: chat, version: v2, url: 'http://127.0.0.1:" +
+           std::to_string(w2.port()) + "'}\n" + kHealth + "models:\n  chat: " + release + "\n";
+  };
+  ServerProcess g(kWork, "versions");
+  ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg("{versions: {v1: 90, v2: 10}, stable: v1}"),
+                              {"--work-dir", kWork + "/versions.d"}))
+      << g.stderr_text();
+  ASSERT_TRUE(wait_up(g.port(), {"chat"})) << g.stderr_text();
+  // Both workers up before counting (the split is over versions that can serve).
+  for (int i = 0; i < 200 && metric_sum(http(g.port(), "GET", "/metrics").body, "tierserve_gateway_worker_up{") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto versions_of = [&](int n) {
+    std::map<std::string, int> seen;
+    for (int i = 0; i < n; ++i) {
+      const HttpResult r = http(g.port(), "POST", "/v1/completions", completion("chat", "Once", 1, false));
+      EXPECT_EQ(r.status, 200) << r.body;
+      ++seen[r.header("x-tierserve-model-version")];
+    }
+    return seen;
+  };
+  auto seen = versions_of(500);
+  // sd = sqrt(500 * 0.1 * 0.9) = 6.7: within 4 of them.
+  EXPECT_EQ(seen["v1"] + seen["v2"], 500);
+  EXPECT_NEAR(seen["v2"], 50, 27) << seen["v1"] << "/" << seen["v2"];
+  std::string m = http(g.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"chat\",version=\"v2\",outcome=\"ok\"}"), seen["v2"]) << m;
+  EXPECT_NE(g.stderr_text().find("model_version=v2"), std::string::npos);
+  // Live: everything to the canary.
+  HttpResult r = http(g.port(), "POST", "/admin/models/chat/weights", R"({"weights":{"v1":0,"v2":100}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body_json(r)["versions"]["v2"]["share"], 1.0);
+  EXPECT_EQ(versions_of(20)["v2"], 20);
+  // A request in flight on the canary when the rollback comes finishes there.
+  OpenRequest held(g.port(), "POST", "/v1/completions", completion("chat", "Once upon a time", 300, true, "", true));
+  ASSERT_TRUE(held.read_until("data: ")) << held.raw();
+  EXPECT_NE(held.raw().find("x-tierserve-model-version: v2"), std::string::npos) << held.raw().substr(0, 600);
+  r = http(g.port(), "POST", "/admin/models/chat/rollback", "");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body_json(r)["versions"]["v1"]["share"], 1.0);
+  EXPECT_EQ(versions_of(20)["v1"], 20);
+  EXPECT_TRUE(held.read_until("data: [DONE]")) << held.raw().substr(held.raw().size() > 400 ? held.raw().size() - 400 : 0);
+  EXPECT_EQ(held.raw().find("\"error\""), std::string::npos);
+  // Bad changes: refused, named, and the split stays.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"weights":{"v1":0,"v2":0}})", "invalid_weight"}, {R"({"weights":{"v3":1}})", "unknown_version"},
+      {R"({"weights":{"v1":-5}})", "invalid_weight"},      {"not json", "invalid_json"}};
+  for (const auto& [body, code] : bad) {
+    r = http(g.port(), "POST", "/admin/models/chat/weights", body);
+    EXPECT_EQ(r.status, 400) << body << " " << r.body;
+    EXPECT_EQ(body_json(r)["error"]["code"], code) << r.body;
+  }
+  EXPECT_EQ(http(g.port(), "POST", "/admin/models/nope/rollback", "").status, 404);
+  EXPECT_EQ(versions_of(20)["v1"], 20);
+  r = http(g.port(), "GET", "/admin/models/chat/events");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json ev = body_json(r)["events"];
+  ASSERT_EQ(ev.size(), 2u) << r.body;
+  EXPECT_EQ(ev[0]["event"], "weights");
+  EXPECT_EQ(ev[1]["event"], "rollback");
+  EXPECT_EQ(ev[1]["to"], "v1");
+  r = http(g.port(), "GET", "/admin/models/chat");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(body_json(r)["stable"], "v1");
+  EXPECT_EQ(body_json(r)["versions"]["v2"]["workers"], json::array({"canary"}));
+  EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+
+  // Sticky per conversation (the header, else its opening messages): 50/50, each of 20
+  // conversations stays on one version over its turns, and both versions get some.
+  ServerProcess s(kWork, "versions-sticky");
+  ASSERT_TRUE(s.start_command(TS_TIERSERVE_BIN, "gateway", cfg("{versions: {v1: 1, v2: 1}, stable: v1, sticky: conversation}"),
+                              {"--work-dir", kWork + "/versions-sticky.d"}))
+      << s.stderr_text();
+  ASSERT_TRUE(wait_up(s.port(), {"chat"})) << s.stderr_text();
+  for (int i = 0; i < 200 && metric_sum(http(s.port(), "GET", "/metrics").body, "tierserve_gateway_worker_up{") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::set<std::string> both;
+  for (int c = 0; c < 20; ++c) {
+    std::set<std::string> mine;
+    for (int turn = 0; turn < 4; ++turn) {
+      const json body = {{"model", "chat"},
+                         {"max_tokens", 1},
+                         {"messages", json::array({{{"role", "user"}, {"content", "conversation " + std::to_string(c)}},
+                                                   {{"role", "assistant"}, {"content", "turn " + std::to_string(turn)}},
+                                                   {{"role", "user"}, {"content", "and then?"}}})}};
+      const HttpResult t = http(s.port(), "POST", "/v1/chat/completions", body.dump());
+      ASSERT_EQ(t.status, 200) << t.body;
+      mine.insert(t.header("x-tierserve-model-version"));
+    }
+    EXPECT_EQ(mine.size(), 1u) << "conversation " << c;
+    both.insert(mine.begin(), mine.end());
+  }
+  EXPECT_EQ(both.size(), 2u);
+  EXPECT_EQ(s.stop(SIGTERM), 0) << s.stderr_text();
 }
 
 TEST(Gateway, BadConfigsExitTwoNamingTheField) {

@@ -2,6 +2,7 @@
 #include "gateway/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -51,7 +52,7 @@ std::string expand_path(const std::string& v, const std::string& path) {
 
 WorkerConfig parse_worker(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "model", "upstream_model", "path", "threads", "args", "url", "api_key", "pool",
-                       "max_inflight"});
+                       "max_inflight", "version", "cost_per_hour"});
   WorkerConfig w;
   if (!n["name"]) fail(path, "a worker needs a name");
   w.name = get_str(n["name"], path + ".name");
@@ -67,6 +68,11 @@ WorkerConfig parse_worker(const YAML::Node& n, const std::string& path) {
   if (n["pool"]) w.pool = get_str(n["pool"], path + ".pool");
   if (n["max_inflight"]) w.max_inflight = int32_t(get_int(n["max_inflight"], path + ".max_inflight", 0, 1 << 16));
   if (w.max_inflight == 0) w.max_inflight = w.kind == WorkerKind::kLocal || w.kind == WorkerKind::kTierserve ? 16 : 4;
+  if (n["version"]) w.version = get_str(n["version"], path + ".version");
+  if (n["cost_per_hour"]) {
+    w.cost_per_hour = get_double(n["cost_per_hour"], path + ".cost_per_hour");
+    if (w.cost_per_hour < 0) fail(path + ".cost_per_hour", "must be >= 0");
+  }
   return w;
 }
 
@@ -159,7 +165,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
-  check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "request_priorities", "default_tier", "router", "health", "upstream",
+  check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "request_priorities", "default_tier", "router", "models", "health", "upstream",
                         "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache", "keys_file"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
@@ -190,6 +196,63 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
   }
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
   if (root["router"]) parse_router(root["router"], c.router);
+  if (const YAML::Node m = root["models"]) {
+    if (!m.IsMap()) fail("models", "expected a mapping of model name: {versions, stable, sticky}");
+    for (const auto& kv : m) {
+      const std::string name = kv.first.as<std::string>(), path = "models." + name;
+      check_keys(kv.second, path, {"versions", "stable", "sticky", "canary"});
+      ModelRelease r;
+      if (const YAML::Node v = kv.second["versions"]) {
+        if (!v.IsMap()) fail(path + ".versions", "expected a mapping of version: weight");
+        for (const auto& w : v) r.weights[w.first.as<std::string>()] = get_double(w.second, path + ".versions." + w.first.as<std::string>());
+      }
+      if (kv.second["stable"]) r.stable = get_str(kv.second["stable"], path + ".stable");
+      if (kv.second["sticky"]) {
+        const std::string st = get_str(kv.second["sticky"], path + ".sticky");
+        if (st == "none") r.sticky = Sticky::kNone;
+        else if (st == "key") r.sticky = Sticky::kKey;
+        else if (st == "conversation") r.sticky = Sticky::kConversation;
+        else fail(path + ".sticky", "expected none, key or conversation, got '" + st + "'");
+      }
+      if (const YAML::Node k = kv.second["canary"]) {
+        const std::string cp = path + ".canary";
+        check_keys(k, cp, {"version", "steps", "window_ms", "interval_ms", "min_requests", "thresholds"});
+        CanaryConfig& cc = r.canary;
+        if (!k["version"]) fail(cp, "a canary needs its version");
+        cc.version = get_str(k["version"], cp + ".version");
+        if (const YAML::Node st = k["steps"]) {
+          if (!st.IsSequence() || st.size() == 0) fail(cp + ".steps", "expected a list of percentages");
+          cc.steps.clear();
+          for (size_t i = 0; i < st.size(); ++i) {
+            const double v = get_double(st[i], cp + ".steps[" + std::to_string(i) + "]");
+            if (v <= 0 || v > 100 || (!cc.steps.empty() && v <= cc.steps.back()))
+              fail(cp + ".steps[" + std::to_string(i) + "]", "steps rise strictly within (0, 100]");
+            cc.steps.push_back(v);
+          }
+        }
+        if (k["window_ms"]) cc.window_ms = get_int(k["window_ms"], cp + ".window_ms", 100, 86400000LL * 7);
+        if (k["interval_ms"]) cc.interval_ms = get_int(k["interval_ms"], cp + ".interval_ms", 50, 86400000);
+        if (k["min_requests"]) cc.min_requests = get_int(k["min_requests"], cp + ".min_requests", 1, 1 << 30);
+        if (const YAML::Node t = k["thresholds"]) {
+          const std::string tp = cp + ".thresholds";
+          check_keys(t, tp, {"ttft_p99_ratio", "tpot_p99_ratio", "cost_ratio", "error_rate_delta", "timeout_rate_delta",
+                             "degradation_rate_delta"});
+          auto num = [&](const char* f, double& out) {
+            if (!t[f]) return;
+            out = get_double(t[f], tp + "." + f);
+            if (out < 0) fail(tp + "." + f, "must be >= 0");
+          };
+          num("ttft_p99_ratio", cc.ttft_p99_ratio);
+          num("tpot_p99_ratio", cc.tpot_p99_ratio);
+          num("cost_ratio", cc.cost_ratio);
+          num("error_rate_delta", cc.error_rate_delta);
+          num("timeout_rate_delta", cc.timeout_rate_delta);
+          num("degradation_rate_delta", cc.degradation_rate_delta);
+        }
+      }
+      c.releases[name] = std::move(r);
+    }
+  }
   if (const YAML::Node h = root["health"]) {
     check_keys(h, "health", {"interval_ms", "timeout_ms"});
     if (h["interval_ms"]) c.health.interval_ms = get_int(h["interval_ms"], "health.interval_ms", 10, 60000);
@@ -358,6 +421,47 @@ Result<HostPort> parse_http_url(const std::string& url) {
   return hp;
 }
 
+// Every release names a served model and versions its workers have; weights finite, not
+// negative, summing above zero; the stable version one of them. A model with workers of
+// several versions needs its split named.
+static Status check_releases(const GatewayConfig& c) {
+  std::map<std::string, std::set<std::string>> versions;
+  for (const auto& w : c.workers) versions[w.model].insert(w.version);
+  for (const auto& [model, r] : c.releases) {
+    const std::string p = "models." + model;
+    auto it = versions.find(model);
+    if (it == versions.end()) return invalid_argument(p + ": no worker serves '" + model + "'");
+    if (r.weights.empty()) return invalid_argument(p + ".versions: empty (name each version's weight)");
+    if (auto e = check_weights(r.weights, it->second); !e.empty()) return invalid_argument(p + ".versions: " + e);
+    for (const auto& v : it->second)
+      if (!r.weights.count(v)) return invalid_argument(p + ".versions: the workers' version '" + v + "' has no weight");
+    if (!r.stable.empty() && !r.weights.count(r.stable))
+      return invalid_argument(p + ".stable: '" + r.stable + "' is not one of its versions");
+    if (!r.canary.version.empty()) {
+      if (!r.weights.count(r.canary.version))
+        return invalid_argument(p + ".canary.version: '" + r.canary.version + "' is not one of its versions");
+      if (r.stable.empty() || r.stable == r.canary.version)
+        return invalid_argument(p + ".canary: a canary is judged against the stable version: name another one in " + p + ".stable");
+    }
+  }
+  for (const auto& [model, vs] : versions)
+    if (vs.size() > 1 && !c.releases.count(model))
+      return invalid_argument("models." + model + ": its workers have " + std::to_string(vs.size()) +
+                              " versions; name the split (models." + model + ".versions)");
+  return Status::ok();
+}
+
+std::string check_weights(const std::map<std::string, double>& weights, const std::set<std::string>& versions) {
+  double sum = 0;
+  for (const auto& [v, w] : weights) {
+    if (!versions.count(v)) return "unknown version '" + v + "'";
+    if (!std::isfinite(w) || w < 0) return "the weight of '" + v + "' must be a finite number >= 0";
+    sum += w;
+  }
+  if (!(sum > 0)) return "the weights must sum to more than 0";
+  return "";
+}
+
 Status validate(const GatewayConfig& c) {
   if (c.workers.empty()) return invalid_argument("workers: at least one worker");
   std::set<std::string> names, pools;
@@ -409,6 +513,7 @@ Status validate(const GatewayConfig& c) {
   for (const auto& [alias, tier] : c.tier_aliases)
     if (!tiers.count(tier)) return invalid_argument("tier_aliases." + alias + ": '" + tier + "' is not a configured tier");
   if (!tiers.count(c.default_tier)) return invalid_argument("default_tier '" + c.default_tier + "' is not a configured tier");
+  if (auto st = check_releases(c); !st.is_ok()) return st;
   if (auto st = server::check_request_priorities(c.request_priorities, std::vector<std::string>(tiers.begin(), tiers.end()),
                                                  "request_priorities");
       !st.is_ok())

@@ -64,7 +64,7 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
   using T = metrics::MetricType;
   std::vector<metrics::MetricDef> d(kCount);
   d[kRequests] = {"tierserve_gateway_requests_total", "Requests that ended, by tier requested, model served and outcome.",
-                  T::kCounter, {"tier", "model", "outcome"}, {}};
+                  T::kCounter, {"tier", "model", "version", "outcome"}, {}};
   d[kRouteDecisions] = {"tierserve_route_decisions_total", "Requests to the router's model, by the model it chose and why.",
                         T::kCounter, {"router", "target", "reason"}, {}};
   d[kDegradations] = {"tierserve_gateway_degradations_total", "Requests served other than asked, by reason.", T::kCounter,
@@ -123,7 +123,9 @@ struct Gateway::Exchange {
   std::string path;  // upstream path
   std::string request_id, traceparent;
   int tier_requested = 0, tier = 0;
-  int model = 0, fallback_model = -1;
+  int model = 0, fallback_model = -1;  // served model names' indices
+  int unit = 0, fallback_unit = -1;    // their versions' (the fleet's models: Releases::units)
+  std::string version;                 // of the unit that serves it ("" unversioned)
   std::string route;        // x-tierserve-route ("" unless the router chose)
   std::string degraded_reason;
   int64_t charged_tokens = 0, max_tokens = 0, prompt_tokens = 0;
@@ -158,6 +160,22 @@ struct Gateway::Exchange {
 };
 
 namespace {
+
+// A conversation's identity when the client names none (x-tierserve-conversation): its
+// opening — the system prompt and the first user message of a chat, a completion's
+// prompt — which every later turn of the same conversation repeats.
+std::string conversation_of(const json& b, bool chat) {
+  if (!chat) return b.contains("prompt") ? b["prompt"].dump() : "";
+  std::string id;
+  if (!b.contains("messages") || !b["messages"].is_array()) return id;
+  for (const json& m : b["messages"]) {
+    if (!m.is_object()) continue;
+    const std::string role = m.value("role", std::string());
+    if (role == "system" || role == "user") id += role + ":" + (m.contains("content") ? m["content"].dump() : "") + "\n";
+    if (role == "user") break;
+  }
+  return id;
+}
 
 bool hop_by_hop(const std::string& n) {
   return n == "connection" || n == "keep-alive" || n == "transfer-encoding" || n == "content-length" || n == "date" ||
@@ -245,6 +263,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     g->replica_id_ = id;
   }
   g->models_ = cfg.models();
+  g->releases_ = std::make_unique<Releases>(cfg, g->models_);
   // Pools: those the tiers name, then any other a worker is in.
   std::vector<std::string> pools;
   auto pool_id = [&](const std::string& p) {
@@ -272,12 +291,12 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     FleetWorker fw;
     fw.name = w.name;
     fw.pool = pool_id(w.pool);
-    fw.model = int(std::find(g->models_.begin(), g->models_.end(), w.model) - g->models_.begin());
+    fw.model = g->releases_->unit_of_worker(int(workers.size()));  // the fleet queues per model version
     fw.honours_priority = w.honours_priority();
     fw.max_inflight = w.max_inflight;
     workers.push_back(std::move(fw));
   }
-  g->fleet_ = std::make_unique<Fleet>(pools, std::move(tiers), std::move(workers), int(g->models_.size()), clock);
+  g->fleet_ = std::make_unique<Fleet>(pools, std::move(tiers), std::move(workers), int(g->releases_->units().size()), clock);
   auto router = Router::create(cfg.router, g->models_.front());
   if (!router.is_ok()) return router.status();
   g->router_ = std::move(router).value();
@@ -319,6 +338,8 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
   auto& admin = cfg.admin.port >= 0 ? g->admin_routes_ : g->routes_;
   admin.add("GET", "/metrics", [raw](const HttpRequest&, H o) { raw->metrics_text(std::move(o)); });
   admin.add("GET", "/admin/stats", [raw](const HttpRequest&, H o) { raw->stats(std::move(o)); });
+  admin.add_prefix("GET", "/admin/models/", [raw](const HttpRequest& q, H o) { raw->release_admin(q, std::move(o)); });
+  admin.add_prefix("POST", "/admin/models/", [raw](const HttpRequest& q, H o) { raw->release_admin(q, std::move(o)); });
   return g;
 }
 
@@ -552,6 +573,18 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
     target = asked;
   }
   x->model = int(std::find(models_.begin(), models_.end(), target) - models_.begin());
+  // Its version: by the live split, the same one for a key or a conversation if configured.
+  {
+    std::string sticky;
+    if (releases_->sticky(x->model) == Sticky::kKey && key) sticky = key->config().sha256;
+    if (releases_->sticky(x->model) == Sticky::kConversation) {
+      sticky = std::string(req.header("x-tierserve-conversation"));
+      if (sticky.empty()) sticky = conversation_of(b, chat);
+    }
+    x->unit = releases_->pick(x->model, sticky);
+    x->version = releases_->units()[size_t(x->unit)].version;
+    if (x->fallback_model >= 0) x->fallback_unit = releases_->pick(x->fallback_model, sticky);
+  }
 
   // The key's limits, once, here: prompt + max_tokens (the default when absent) charged;
   // with redis configured, across every replica.
@@ -597,7 +630,7 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
   }
   // The cache: after the key's limits (a hit counts against them), before any worker.
   if (cache_) {
-    x->cache_key = cache_key(b, chat, target, key);
+    x->cache_key = cache_key(b, chat, x->version.empty() ? target : target + "@" + x->version, key);
     if (!x->cache_key.empty()) {
       x->include_usage = b.contains("stream_options") && b["stream_options"].is_object() &&
                          b["stream_options"].value("include_usage", false);
@@ -644,8 +677,8 @@ void Gateway::submit(const std::shared_ptr<Exchange>& x, bool retry, int exclude
   {
     std::lock_guard<std::mutex> lk(x->mu);
     t.tier = x->tier;
-    t.model = x->model;
-    t.fallback_model = x->fallback_model;
+    t.model = x->unit;
+    t.fallback_model = x->fallback_unit;
     t.exclude_worker = exclude_worker;
     t.at_head = retry;
   }
@@ -709,7 +742,9 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
                                        "model_fallback"})
         ->inc();
   }
-  x->model = p.model;
+  x->unit = p.model;
+  x->model = releases_->units()[size_t(p.model)].model;
+  x->version = releases_->units()[size_t(p.model)].version;
   x->tier = p.tier;
   x->rewrite_model = wc.served_as() != wc.model;
   // The worker's body: its model name and the tier in its terms.
@@ -762,6 +797,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       for (const auto& [k, v] : headers)
         if (!hop_by_hop(k) && k != "x-tierserve-tier-served" && k != "x-tierserve-degraded-reason") r.headers.emplace_back(k, v);
       add("x-tierserve-model-served", wc.model);
+      add("x-tierserve-model-version", x->version);
       add("x-tierserve-route", x->route);
       add("x-tierserve-worker", wc.name);
       add("x-tierserve-pool", fleet_->pools()[size_t(x->pl.pool)]);
@@ -929,6 +965,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
         r.headers.emplace_back(k, v);
     if (const std::string ra = header_of(x->up_headers, "retry-after"); !ra.empty() && x->status == r.status) r.headers.emplace_back("Retry-After", ra);
     r.headers.emplace_back("x-tierserve-model-served", wc.model);
+    if (!x->version.empty()) r.headers.emplace_back("x-tierserve-model-version", x->version);
     if (!x->route.empty()) r.headers.emplace_back("x-tierserve-route", x->route);
     r.headers.emplace_back("x-tierserve-worker", wc.name);
     r.headers.emplace_back("x-tierserve-pool", fleet_->pools()[size_t(p.pool)]);
@@ -965,6 +1002,7 @@ void Gateway::fill_record(Exchange& x) const {
     x.rec->queue_ms = double(x.pl.queue_ns) / 1e6;
     x.rec->model = cfg_.workers[size_t(x.pl.worker)].model;
   }
+  x.rec->model_version = x.version;
   if (x.first_byte_ns) x.rec->ttft_ms = double(x.first_byte_ns - x.arrived_ns) / 1e6;
 }
 
@@ -1043,6 +1081,7 @@ void Gateway::answer_from_cache(const std::shared_ptr<Exchange>& x, const Cached
   server::Headers hs = {{"x-tierserve-cache", "hit"}, {"x-tierserve-model-served", h.model},
                         {"x-tierserve-tier-requested", si.tier_requested}, {"x-tierserve-tier-served", si.tier_served}};
   if (!x->route.empty()) hs.emplace_back("x-tierserve-route", x->route);
+  if (!x->version.empty()) hs.emplace_back("x-tierserve-model-version", x->version);
   if (!x->degraded_reason.empty()) hs.emplace_back("x-tierserve-degraded-reason", x->degraded_reason);
   x->status = 200;
   x->completion_tokens = a.completion_tokens;
@@ -1137,7 +1176,7 @@ void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
   const std::string model = x->pl.worker >= 0 ? cfg_.workers[size_t(x->pl.worker)].model : models_[size_t(x->model)];
   std::string outcome = x->status == 200 ? "ok" : x->status == 499 ? "cancelled" : x->status == 429 || x->status == 503 ? "rejected" : "error";
   if (x->status == 200 && x->rec && !x->rec->error_code.empty()) outcome = "error";
-  registry_->counter(kRequests, {tier, model, outcome})->inc();
+  registry_->counter(kRequests, {tier, model, x->version, outcome})->inc();
   std::lock_guard<std::mutex> lk(live_mu_);
   live_.erase(x);
 }
@@ -1157,6 +1196,45 @@ void Gateway::abort_calls_on(int worker) {
     }
   }
   for (auto& c : calls) c->cancel();
+}
+
+// /admin/models/{name}[/weights|/rollback|/stable|/events]: the model's versions and
+// split (GET), a new split, a rollback to the stable version, the stable version named
+// (POST), the event log (GET). Errors in OpenAI's shape; a failed change changes nothing.
+void Gateway::release_admin(const HttpRequest& req, std::shared_ptr<Responder> out) {
+  std::string rest = req.path.substr(std::string("/admin/models/").size());
+  std::string op;
+  if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+    op = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+  }
+  const bool post = req.method == "POST";
+  json body = json::object(), result;
+  if (post && !req.body.empty()) {
+    body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) {
+      out->respond(server::error_response(server::bad_request("the body is not JSON", "", "invalid_json")));
+      return;
+    }
+  }
+  const std::string by = req.header("x-tierserve-operator").empty() ? "admin" : std::string(req.header("x-tierserve-operator"));
+  Releases::Error e;
+  if (!post && op.empty()) e = releases_->state(rest, &result);
+  else if (!post && op == "events") e = releases_->events(rest, &result);
+  else if (post && op == "weights") e = releases_->set_weights(rest, body, by, &result);
+  else if (post && op == "rollback") e = releases_->rollback(rest, by, &result);
+  else if (post && op == "stable") e = releases_->set_stable(rest, body, by, &result);
+  else e = {404, "not_found", "no such route: " + req.method + " " + req.path};
+  if (e) {
+    ApiError a = server::server_error(e.status, e.message, e.code);
+    if (e.status < 500) a.type = "invalid_request_error";
+    out->respond(server::error_response(a));
+    return;
+  }
+  if (post) log_record(LogLevel::kInfo, "release " + op, {{"model", rest}, {"by", by}, {"state", result.dump()}});
+  HttpResponse r;
+  r.body = result.dump();
+  out->respond(std::move(r));
 }
 
 void Gateway::models(std::shared_ptr<Responder> out) const {

@@ -97,6 +97,7 @@ void AccessLogResponder::write_line() {
   if (!r.key_name.empty()) f.emplace_back("key", r.key_name);
   f.emplace_back("route", r.route);
   if (!r.model.empty()) f.emplace_back("model", r.model);
+  if (!r.model_version.empty()) f.emplace_back("model_version", r.model_version);
   if (!r.tier_requested.empty()) f.emplace_back("tier_requested", r.tier_requested);
   if (!r.tier_served.empty()) f.emplace_back("tier_served", r.tier_served);
   if (!r.degraded_reason.empty()) f.emplace_back("degraded_reason", r.degraded_reason);

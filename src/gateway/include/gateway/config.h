@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,8 @@ struct WorkerConfig {
   std::string api_key;         // remote
   std::string pool = "shared";
   int32_t max_inflight = 0;    // 0: 16 for tierserve workers, 4 otherwise
+  std::string version;         // of `model`: workers of one model and version serve it together
+  double cost_per_hour = 1.0;  // what the worker costs: a request's cost is its share of that
 
   bool honours_priority() const { return kind != WorkerKind::kLlamaCpp; }
   const std::string& served_as() const { return upstream_model.empty() ? model : upstream_model; }
@@ -132,6 +135,30 @@ struct CacheConfig {
   bool in_redis = false;            // backend: redis (the redis section's server, shared by replicas)
 };
 
+// A served model's versions (its workers' `version`s) and how traffic splits between them:
+// weights (live: POST /admin/models/{name}/weights), the stable version a rollback returns
+// to, and whether a key's or a conversation's requests stay on one version.
+enum class Sticky : uint8_t { kNone, kKey, kConversation };
+// A canary: the candidate version's share ramps through `steps` (percent) while, over a
+// sliding window, it does not do worse than the stable version by more than the thresholds
+// (per tier: TTFT and TPOT P99 as ratios, error, timeout and degradation rates as
+// differences; cost per 1000 requests as a ratio); past any, it is rolled back at once.
+struct CanaryConfig {
+  std::string version;                     // "" = no canary
+  std::vector<double> steps = {1, 10, 50, 100};
+  int64_t window_ms = 60000;               // the comparison's sliding window; also a step's least duration
+  int64_t interval_ms = 5000;              // between two decisions
+  int64_t min_requests = 50;               // per version and tier in the window before a tier counts
+  double ttft_p99_ratio = 1.2, tpot_p99_ratio = 1.2, cost_ratio = 1.2;
+  double error_rate_delta = 0.01, timeout_rate_delta = 0.01, degradation_rate_delta = 0.05;
+};
+struct ModelRelease {
+  std::map<std::string, double> weights;  // version -> weight (>= 0, sum > 0)
+  std::string stable;                     // "" = none (a rollback is refused)
+  Sticky sticky = Sticky::kNone;
+  CanaryConfig canary;
+};
+
 struct UpstreamConfig {
   int64_t connect_timeout_ms = 1000;
   int64_t head_timeout_ms = 600000; // until the response's status line (a whole completion)
@@ -147,6 +174,9 @@ struct GatewayConfig {
   std::string default_tier = "standard";
   server::RequestPriorities request_priorities = server::default_request_priorities();  // as serve's
   RouterConfig router;
+  // model name -> its versions' split. A model whose workers all have one version needs
+  // none (that version takes everything and is stable).
+  std::map<std::string, ModelRelease> releases;
   HealthConfig health;
   UpstreamConfig upstream;
   RedisConfig redis;
@@ -171,6 +201,10 @@ Result<GatewayConfig> load_gateway_config(const std::string& path);
 // local workers with a model file, every rule's target a model, rules that can match, tiers
 // and aliases that name configured tiers, keys.
 Status validate(const GatewayConfig& c);
+// A split's weights against the model's versions: "" when valid, else what is wrong
+// (unknown version, negative or not finite, summing to 0). Used for the config and for
+// POST /admin/models/{name}/weights.
+std::string check_weights(const std::map<std::string, double>& weights, const std::set<std::string>& versions);
 
 // "http://host:port[/]" -> host and port; kInvalidArgument otherwise (https included: the
 // gateway speaks plain HTTP to its workers).

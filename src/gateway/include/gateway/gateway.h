@@ -38,6 +38,7 @@
 #include "gateway/cache.h"
 #include "gateway/config.h"
 #include "gateway/fleet.h"
+#include "gateway/release.h"
 #include "gateway/route.h"
 #include "gateway/shared_limits.h"
 #include "gateway/workers.h"
@@ -83,6 +84,7 @@ class Gateway {
   Gateway(const GatewayConfig& cfg, const Clock& clock);
   void completions(const server::HttpRequest& req, std::shared_ptr<server::Responder> out, bool chat);
   void models(std::shared_ptr<server::Responder> out) const;
+  void release_admin(const server::HttpRequest& req, std::shared_ptr<server::Responder> out);
   void model(const server::HttpRequest& req, std::shared_ptr<server::Responder> out) const;
   void metrics_text(std::shared_ptr<server::Responder> out) const;
   void stats(std::shared_ptr<server::Responder> out) const;
@@ -111,6 +113,7 @@ class Gateway {
   std::unique_ptr<Router> router_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::vector<std::string> models_;  // served model names (not the router's)
+  std::unique_ptr<Releases> releases_;  // their versions and the live split
   server::KeyTable keys_;
   std::unique_ptr<SharedLimits> shared_limits_;  // redis configured
   std::unique_ptr<CacheStore> cache_;            // cache configured

@@ -18,7 +18,7 @@ namespace ts::server {
 
 struct AccessRecord {
   std::string request_id, trace_id, key_name, route, client;
-  std::string model, tier_requested, tier_served, degraded_reason, error_code;
+  std::string model, model_version, tier_requested, tier_served, degraded_reason, error_code;
   int status = 0;
   int64_t prompt_tokens = -1, completion_tokens = -1, cached_tokens = -1;
   double queue_ms = -1, ttft_ms = -1;

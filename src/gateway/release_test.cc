@@ -1,0 +1,141 @@
+// Model versions without sockets: units per (model, version), the weighted split (within
+// binomial tolerance), stickiness, live weights, rollback, the stable version, events, and
+// the bad input the admin API gets (unknown model or version, weights that do not sum to a
+// positive value, a rollback with no stable version), each refused with nothing changed.
+#include "gateway/release.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace ts::gateway {
+namespace {
+
+using json = nlohmann::json;
+
+GatewayConfig config(const std::string& extra) {
+  auto c = parse_gateway_config(
+      "workers:\n"
+      "  - {name: a1, kind: tierserve, model: chat, version: v1, url: 'http://h:1'}\n"
+      "  - {name: a2, kind: tierserve, model: chat, version: v1, url: 'http://h:2'}\n"
+      "  - {name: b1, kind: tierserve, model: chat, version: v2, url: 'http://h:3'}\n"
+      "  - {name: s, kind: tierserve, model: solo, url: 'http://h:4'}\n" + extra);
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(validate(*c).is_ok()) << validate(*c).to_string();
+  return *c;
+}
+
+const char* kSplit = "models:\n  chat: {versions: {v1: 90, v2: 10}, stable: v1}\n";
+
+std::map<std::string, int> count(Releases& r, int model, int n, const std::string& sticky_prefix = "") {
+  std::map<std::string, int> seen;
+  for (int i = 0; i < n; ++i)
+    ++seen[r.units()[size_t(r.pick(model, sticky_prefix.empty() ? "" : sticky_prefix + std::to_string(i)))].version];
+  return seen;
+}
+
+TEST(Releases, UnitsPerModelVersionAndTheSplit) {
+  const GatewayConfig c = config(kSplit);
+  Releases r(c, c.models());
+  ASSERT_EQ(r.units().size(), 3u);
+  EXPECT_EQ(r.unit_of_worker(0), r.unit_of_worker(1));
+  EXPECT_NE(r.unit_of_worker(0), r.unit_of_worker(2));
+  EXPECT_TRUE(r.versioned(0));
+  EXPECT_FALSE(r.versioned(1));
+  // 90/10 over 5000 picks: within 4 standard deviations (sd = sqrt(5000 * 0.1 * 0.9) = 21).
+  auto seen = count(r, 0, 5000);
+  EXPECT_NEAR(seen["v2"], 500, 85) << seen["v1"] << "/" << seen["v2"];
+  // Sticky ids spread by the same split, and each keeps its version.
+  seen = count(r, 0, 5000, "key-");
+  EXPECT_NEAR(seen["v2"], 500, 85);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(r.pick(0, "key-7"), r.pick(0, "key-7"));
+  // A model without versions: always its one unit.
+  EXPECT_EQ(r.pick(1, ""), r.unit_of_worker(3));
+}
+
+TEST(Releases, WeightsRollbackStableAndEvents) {
+  const GatewayConfig c = config(kSplit);
+  Releases r(c, c.models());
+  json s;
+  ASSERT_FALSE(r.set_weights("chat", {{"weights", {{"v1", 0}, {"v2", 1}}}}, "ops", &s));
+  EXPECT_EQ(s["versions"]["v2"]["share"], 1.0);
+  EXPECT_EQ(count(r, 0, 200)["v2"], 200);
+  ASSERT_FALSE(r.rollback("chat", "ops", &s));
+  EXPECT_EQ(s["versions"]["v1"]["share"], 1.0);
+  EXPECT_EQ(count(r, 0, 200)["v1"], 200);
+  // Only the versions given change.
+  ASSERT_FALSE(r.set_weights("chat", {{"weights", {{"v2", 1}}}}, "ops", &s));
+  EXPECT_DOUBLE_EQ(s["versions"]["v1"]["share"].get<double>(), 0.5);
+  ASSERT_FALSE(r.set_stable("chat", {{"version", "v2"}}, "ops", &s));
+  EXPECT_EQ(s["stable"], "v2");
+  ASSERT_FALSE(r.rollback("chat", "ops", &s));
+  EXPECT_EQ(count(r, 0, 100)["v2"], 100);
+  ASSERT_FALSE(r.events("chat", &s));
+  ASSERT_EQ(s["events"].size(), 5u) << s.dump();
+  EXPECT_EQ(s["events"][1]["event"], "rollback");
+  EXPECT_EQ(s["events"][1]["to"], "v1");
+  EXPECT_EQ(s["events"][4]["by"], "ops");
+  EXPECT_EQ(s["events"][4]["split"]["v2"], 1.0);
+}
+
+TEST(Releases, BadInputIsRefusedAndChangesNothing) {
+  const GatewayConfig c = config("models:\n  chat: {versions: {v1: 1, v2: 1}}\n");
+  Releases r(c, c.models());
+  json s, before;
+  ASSERT_FALSE(r.state("chat", &before));
+  struct Case {
+    json body;
+    int status;
+    const char* code;
+  } cases[] = {
+      {{{"weights", {{"v1", 0}, {"v2", 0}}}}, 400, "invalid_weight"},
+      {{{"weights", {{"v1", -1}}}}, 400, "invalid_weight"},
+      {{{"weights", {{"v1", "x"}}}}, 400, "invalid_weight"},
+      {{{"weights", {{"v3", 1}}}}, 400, "unknown_version"},
+      {{{"weight", {{"v1", 1}}}}, 400, "invalid_request"},
+      {json::array(), 400, "invalid_request"},
+  };
+  for (const auto& k : cases) {
+    const Releases::Error e = r.set_weights("chat", k.body, "ops", &s);
+    EXPECT_EQ(e.status, k.status) << k.body.dump();
+    EXPECT_EQ(e.code, k.code) << k.body.dump();
+  }
+  EXPECT_EQ(r.set_weights("nope", {{"weights", {{"v1", 1}}}}, "ops", &s).status, 404);
+  const Releases::Error e = r.rollback("chat", "ops", &s);
+  EXPECT_EQ(e.status, 409);
+  EXPECT_EQ(e.code, "no_stable_version");
+  EXPECT_EQ(r.set_stable("chat", {{"version", "v9"}}, "ops", &s).code, "unknown_version");
+  ASSERT_FALSE(r.state("chat", &s));
+  EXPECT_EQ(s, before);
+  ASSERT_FALSE(r.events("chat", &s));
+  EXPECT_TRUE(s["events"].empty());
+}
+
+TEST(Releases, ConfigErrorsNameTheField) {
+  const std::string workers =
+      "workers:\n"
+      "  - {name: a, kind: tierserve, model: chat, version: v1, url: 'http://h:1'}\n"
+      "  - {name: b, kind: tierserve, model: chat, version: v2, url: 'http://h:2'}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "name the split"},
+      {"models:\n  chat: {versions: {v1: 0, v2: 0}}\n", "sum to more than 0"},
+      {"models:\n  chat: {versions: {v1: 1, v2: -1}}\n", ">= 0"},
+      {"models:\n  chat: {versions: {v1: 1, v3: 1}}\n", "unknown version 'v3'"},
+      {"models:\n  chat: {versions: {v1: 1}}\n", "'v2' has no weight"},
+      {"models:\n  chat: {versions: {v1: 1, v2: 1}, stable: v3}\n", "models.chat.stable"},
+      {"models:\n  other: {versions: {v1: 1}}\n", "no worker serves 'other'"},
+  };
+  for (const auto& [extra, needle] : cases) {
+    auto c = parse_gateway_config(workers + extra);
+    ASSERT_TRUE(c.is_ok()) << extra << c.status().to_string();
+    const Status st = validate(*c);
+    EXPECT_NE(st.message().find(needle), std::string::npos) << extra << " -> " << st.message();
+  }
+  auto c = parse_gateway_config(workers + "models:\n  chat: {versions: {v1: 1, v2: 1}, sticky: sometimes}\n");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("models.chat.sticky"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ts::gateway
