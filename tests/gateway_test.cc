@@ -1142,6 +1142,76 @@ TEST(Gateway, VersionsSplitLiveAndRollBackAtOnce) {
   EXPECT_EQ(s.stop(SIGTERM), 0) << s.stderr_text();
 }
 
+// A canary gated on per-tier SLOs, end to end: a slower canary (a bigger model) is rolled
+// back automatically within a few of its windows and everything returns to the stable
+// version; a canary as good as the stable one ramps through its steps and is promoted.
+TEST(Gateway, CanaryRolledBackWhenSlowerPromotedWhenNot) {
+  prepare();
+  ServerProcess fast(kWork, "canary-fast"), fast2(kWork, "canary-fast2"), slow(kWork, "canary-slow");
+  ASSERT_TRUE(fast.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kStories + "', threads: 1, served_name: chat}\n", {}));
+  ASSERT_TRUE(fast2.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kStories + "', threads: 1, served_name: chat}\n", {}));
+  ASSERT_TRUE(slow.start_command(TS_TIERSERVE_BIN, "serve", "model: {path: '" + kSlow + "', threads: 1, served_name: chat}\n", {}));
+  auto cfg = [&](const ServerProcess& canary, const std::string& thresholds) {
+    return "workers:\n  - {name: stable, kind: tierserve, model: chat, version: v1, url: 'http://127.0.0.1:" +
+           std::to_string(fast.port()) + "'}\n  - {name: canary, kind: tierserve, model: chat, version: v2, url: 'http://127.0.0.1:" +
+           std::to_string(canary.port()) + "'}\n" + kHealth +
+           "models:\n  chat:\n    versions: {v1: 1, v2: 0}\n    stable: v1\n"
+           "    canary: {version: v2, steps: [50, 100], window_ms: 1500, interval_ms: 200, min_requests: 10,\n"
+           "             thresholds: " + thresholds + "}\n";
+  };
+  auto drive = [&](int port, const std::string& until_state, int max_ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string state;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(max_ms)) {
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(http(port, "POST", "/v1/completions", completion("chat", "Once", 8, false)).status, 200);
+      state = body_json(http(port, "GET", "/admin/models/chat"))["canary"]["state"];
+      if (state == until_state) break;
+    }
+    return std::make_pair(state, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  };
+  {
+    ServerProcess g(kWork, "canary-bad");
+    ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg(slow, "{ttft_p99_ratio: 1.5}"), {"--work-dir", kWork + "/canary-bad.d"}))
+        << g.stderr_text();
+    ASSERT_TRUE(wait_up(g.port(), {"chat"})) << g.stderr_text();
+    for (int i = 0; i < 200 && metric_sum(http(g.port(), "GET", "/metrics").body, "tierserve_gateway_worker_up{") < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto [state, ms] = drive(g.port(), "rolled_back", 20000);
+    EXPECT_EQ(state, "rolled_back");
+    std::printf("[canary] the slower canary rolled back after %lld ms (window 1500 ms, not asserted)\n", (long long)ms);
+    for (int i = 0; i < 20; ++i)
+      EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("chat", "Once", 2, false)).header("x-tierserve-model-version"), "v1");
+    const json ev = body_json(http(g.port(), "GET", "/admin/models/chat/events"))["events"];
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.back()["event"], "canary_rollback") << ev.dump();
+    EXPECT_NE(ev.back()["reasons"][0].get<std::string>().find("TTFT P99"), std::string::npos) << ev.dump();
+    const std::string m = http(g.port(), "GET", "/metrics").body;
+    EXPECT_EQ(metric_sum(m, "tierserve_gateway_canary_decisions_total{model=\"chat\",decision=\"rollback\"}"), 1) << m;
+    EXPECT_NE(g.stderr_text().find("canary rollback"), std::string::npos);
+    EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+  }
+  {
+    // The same model on both sides: within generous thresholds, promoted.
+    ServerProcess g(kWork, "canary-good");
+    ASSERT_TRUE(g.start_command(TS_TIERSERVE_BIN, "gateway", cfg(fast2, "{ttft_p99_ratio: 50, tpot_p99_ratio: 50, cost_ratio: 50}"),
+                                {"--work-dir", kWork + "/canary-good.d"}))
+        << g.stderr_text();
+    ASSERT_TRUE(wait_up(g.port(), {"chat"})) << g.stderr_text();
+    for (int i = 0; i < 200 && metric_sum(http(g.port(), "GET", "/metrics").body, "tierserve_gateway_worker_up{") < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto [state, ms] = drive(g.port(), "promoted", 30000);
+    EXPECT_EQ(state, "promoted") << body_json(http(g.port(), "GET", "/admin/models/chat/events")).dump();
+    const json st = body_json(http(g.port(), "GET", "/admin/models/chat"));
+    EXPECT_EQ(st["stable"], "v2");
+    for (int i = 0; i < 10; ++i)
+      EXPECT_EQ(http(g.port(), "POST", "/v1/completions", completion("chat", "Once", 2, false)).header("x-tierserve-model-version"), "v2");
+    const std::string m = http(g.port(), "GET", "/metrics").body;
+    EXPECT_EQ(metric_sum(m, "tierserve_gateway_canary_decisions_total{model=\"chat\",decision=\"advance\"}"), 1) << m;
+    EXPECT_EQ(metric_sum(m, "tierserve_gateway_canary_decisions_total{model=\"chat\",decision=\"promote\"}"), 1) << m;
+    EXPECT_EQ(g.stop(SIGTERM), 0) << g.stderr_text();
+  }
+}
+
 TEST(Gateway, BadConfigsExitTwoNamingTheField) {
   prepare();
   struct Case {

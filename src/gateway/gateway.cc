@@ -50,6 +50,7 @@ enum M : size_t {
   kCacheEvictions,
   kCacheBytes,
   kCacheEntries,
+  kCanaryDecisions,
   kCacheErrors,
   kCount
 };
@@ -97,6 +98,9 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
   d[kCacheEvictions] = {"tierserve_gateway_cache_evictions_total", "Cache entries dropped for room (expired ones not counted).",
                         T::kCounter, {}, {}};
   d[kCacheBytes] = {"tierserve_gateway_cache_bytes", "Bytes the response cache holds.", T::kGauge, {}, {}};
+  d[kCanaryDecisions] = {"tierserve_gateway_canary_decisions_total",
+                        "A canary's decisions, by model: advance (a step up), promote (the canary is stable), hold, rollback.",
+                        T::kCounter, {"model", "decision"}, {}};
   d[kCacheEntries] = {"tierserve_gateway_cache_entries", "Answers the response cache holds.", T::kGauge, {}, {}};
   d[kCacheErrors] = {"tierserve_gateway_cache_errors_total",
                      "Cache lookups or stores that failed (redis: the call; corrupt_entry: an entry that did not parse, dropped).",
@@ -126,6 +130,8 @@ struct Gateway::Exchange {
   int model = 0, fallback_model = -1;  // served model names' indices
   int unit = 0, fallback_unit = -1;    // their versions' (the fleet's models: Releases::units)
   std::string version;                 // of the unit that serves it ("" unversioned)
+  int64_t placed_ns = 0;               // the last attempt's start on a worker
+  bool timed_out = false;              // the worker did not answer within a timeout
   std::string route;        // x-tierserve-route ("" unless the router chose)
   std::string degraded_reason;
   int64_t charged_tokens = 0, max_tokens = 0, prompt_tokens = 0;
@@ -263,7 +269,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     g->replica_id_ = id;
   }
   g->models_ = cfg.models();
-  g->releases_ = std::make_unique<Releases>(cfg, g->models_);
+  g->releases_ = std::make_unique<Releases>(cfg, g->models_, clock);
   // Pools: those the tiers name, then any other a worker is in.
   std::vector<std::string> pools;
   auto pool_id = [&](const std::string& p) {
@@ -380,6 +386,15 @@ void Gateway::ticker() {
   int64_t last_notice_scan = 0;
   while (!stop_.load()) {
     fleet_->tick();
+    for (const Releases::Decision& d : releases_->tick()) {
+      registry_->counter(kCanaryDecisions, {d.model, d.decision})->inc();
+      if (d.decision != "hold") {
+        std::string why;
+        for (const auto& r : d.reasons) why += (why.empty() ? "" : "; ") + r;
+        log_record(d.decision == "rollback" ? LogLevel::kWarn : LogLevel::kInfo, "canary " + d.decision,
+                   {{"model", d.model}, {"reasons", why}});
+      }
+    }
     const int64_t now = clock_.now_ns();
     if (cfg_.http.queued_notice_ms > 0 && now - last_notice_scan > 100'000'000) {
       last_notice_scan = now;
@@ -725,6 +740,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     return;
   }
   x->placed = true;
+  x->placed_ns = clock_.now_ns();
   x->pl = p;
   ++x->attempts;
   x->status = 0;
@@ -876,6 +892,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
     lk.lock();
     if (x->ended) return;
     const bool gateway_abort = e == UpstreamError::kCancelled && x->aborted;
+    if (e == UpstreamError::kTimeout) x->timed_out = true;
     if (e != UpstreamError::kNone && !(e == UpstreamError::kCancelled && !x->aborted)) {
       const std::string kind = gateway_abort ? "unreachable" : std::string(upstream_error_name(e));
       registry_->counter(kWorkerErrors, {wc.name, kind})->inc();
@@ -1177,6 +1194,22 @@ void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
   std::string outcome = x->status == 200 ? "ok" : x->status == 499 ? "cancelled" : x->status == 429 || x->status == 503 ? "rejected" : "error";
   if (x->status == 200 && x->rec && !x->rec->error_code.empty()) outcome = "error";
   registry_->counter(kRequests, {tier, model, x->version, outcome})->inc();
+  if (x->pl.worker >= 0 && x->status != 499) {  // what its version did, for a canary's judgement
+    const WorkerConfig& wc = cfg_.workers[size_t(x->pl.worker)];
+    const int64_t now = clock_.now_ns();
+    ReleaseSample rs;
+    rs.t_ns = now;
+    rs.tier = x->tier_requested;
+    if (x->first_byte_ns > 0) {
+      rs.ttft_s = double(x->first_byte_ns - x->arrived_ns) / 1e9;
+      if (x->completion_tokens > 1) rs.tpot_s = double(now - x->first_byte_ns) / 1e9 / double(x->completion_tokens - 1);
+    }
+    rs.timeout = x->timed_out || x->status == 504;
+    rs.error = !rs.timeout && (x->status >= 500 || outcome == "error");
+    rs.degraded = !x->degraded_reason.empty();
+    rs.cost = double(now - x->placed_ns) / 1e9 * wc.cost_per_hour / 3600.0 / double(std::max(1, wc.max_inflight));
+    releases_->record(x->unit, rs);
+  }
   std::lock_guard<std::mutex> lk(live_mu_);
   live_.erase(x);
 }

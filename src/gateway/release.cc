@@ -25,7 +25,9 @@ int64_t unix_ms() {
 
 }  // namespace
 
-Releases::Releases(const GatewayConfig& cfg, const std::vector<std::string>& models) : models_(models) {
+Releases::Releases(const GatewayConfig& cfg, const std::vector<std::string>& models, const Clock& clock)
+    : models_(models), clock_(clock) {
+  for (const TierConfig& t : cfg.tiers) tier_names_.push_back(t.name);
   rel_.resize(models.size());
   for (size_t m = 0; m < models.size(); ++m) rel_[m].name = models[m];
   for (const WorkerConfig& w : cfg.workers) {
@@ -52,12 +54,89 @@ Releases::Releases(const GatewayConfig& cfg, const std::vector<std::string>& mod
       continue;
     }
     r.sticky = it->second.sticky;
+    r.canary = it->second.canary;
     for (size_t i = 0; i < r.units.size(); ++i) {
       const std::string& v = units_[size_t(r.units[i])].version;
       if (auto w = it->second.weights.find(v); w != it->second.weights.end()) r.weights[i] = w->second;
       if (v == it->second.stable) r.stable = int(i);
+      if (!r.canary.version.empty() && v == r.canary.version) r.canary_i = int(i);
+    }
+    if (r.canary_i >= 0 && r.stable >= 0) {
+      r.canary_state = "ramping";
+      set_step_locked(r, 0);
+      log_locked(r, "canary_start", "config", {{"version", r.canary.version}, {"percent", r.canary.steps[0]}});
+    } else {
+      r.canary_i = -1;
     }
   }
+  windows_.resize(units_.size());
+}
+
+// The canary's share at `step`, the stable version the rest, every other version none.
+void Releases::set_step_locked(Release& r, int step) {
+  r.step = step;
+  r.step_since_ns = clock_.now_ns();
+  r.next_ns = r.step_since_ns + r.canary.interval_ms * 1000000;
+  const double pct = r.canary.steps[size_t(step)];
+  for (size_t i = 0; i < r.weights.size(); ++i)
+    r.weights[i] = int(i) == r.canary_i ? pct : int(i) == r.stable ? 100.0 - pct : 0.0;
+}
+
+void Releases::stop_canary_locked(Release& r, const std::string& why) {
+  if (r.canary_state != "ramping") return;
+  r.canary_state = "stopped";
+  r.events.push_back({{"at_ms", unix_ms()}, {"event", "canary_stopped"}, {"by", why}});
+}
+
+void Releases::record(int unit, const ReleaseSample& s) {
+  const Release& r = rel_[size_t(units_[size_t(unit)].model)];
+  std::lock_guard<std::mutex> lk(mu_);
+  if (r.canary_i < 0 || r.canary_state != "ramping") return;
+  windows_[size_t(unit)].add(s);
+}
+
+std::vector<Releases::Decision> Releases::tick() {
+  std::vector<Decision> out;
+  const int64_t now = clock_.now_ns();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (Release& r : rel_) {
+    if (r.canary_i < 0 || r.canary_state != "ramping" || now < r.next_ns) continue;
+    r.next_ns = now + r.canary.interval_ms * 1000000;
+    const int su = r.units[size_t(r.stable)], cu = r.units[size_t(r.canary_i)];
+    const int64_t window_ns = r.canary.window_ms * 1000000;
+    // A stable version that gets no traffic (a 100% step) is judged by its last window
+    // before the step, kept as it was.
+    const bool stable_idle = r.weights[size_t(r.stable)] <= 0;
+    windows_[size_t(su)].prune(stable_idle ? r.step_since_ns : now, window_ns);
+    windows_[size_t(cu)].prune(now, window_ns);
+    const CanaryVerdict v = judge(r.canary, windows_[size_t(su)], windows_[size_t(cu)], tier_names_);
+    Decision d{r.name, "hold", v.reasons};
+    if (v.kind == CanaryVerdict::kRollback) {
+      d.decision = "rollback";
+      for (size_t i = 0; i < r.weights.size(); ++i) r.weights[i] = int(i) == r.stable ? 1.0 : 0.0;
+      r.canary_state = "rolled_back";
+      log_locked(r, "canary_rollback", "canary", {{"version", r.canary.version}, {"reasons", v.reasons}, {"compared", v.compared}});
+    } else if (v.kind == CanaryVerdict::kAdvance && now - r.step_since_ns >= window_ns) {
+      if (size_t(r.step) + 1 < r.canary.steps.size()) {
+        d.decision = "advance";
+        set_step_locked(r, r.step + 1);
+        log_locked(r, "canary_step", "canary", {{"version", r.canary.version}, {"percent", r.canary.steps[size_t(r.step)]},
+                                                {"compared", v.compared}});
+      } else {
+        d.decision = "promote";
+        for (size_t i = 0; i < r.weights.size(); ++i) r.weights[i] = int(i) == r.canary_i ? 1.0 : 0.0;
+        r.stable = r.canary_i;
+        r.canary_state = "promoted";
+        log_locked(r, "canary_promoted", "canary", {{"version", r.canary.version}, {"compared", v.compared}});
+      }
+    } else if (r.last_decision != "hold") {
+      if (v.kind == CanaryVerdict::kAdvance) d.reasons = {"the step has not lasted a window yet"};
+      log_locked(r, "canary_hold", "canary", {{"version", r.canary.version}, {"reasons", d.reasons}});
+    }
+    r.last_decision = d.decision;
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 int Releases::find(const std::string& model) const {
@@ -106,7 +185,12 @@ json Releases::state_locked(const Release& r) const {
   return {{"model", r.name},
           {"versions", versions},
           {"stable", r.stable >= 0 ? json(units_[size_t(r.units[size_t(r.stable)])].version) : json(nullptr)},
-          {"sticky", r.sticky == Sticky::kKey ? "key" : r.sticky == Sticky::kConversation ? "conversation" : "none"}};
+          {"sticky", r.sticky == Sticky::kKey ? "key" : r.sticky == Sticky::kConversation ? "conversation" : "none"},
+          {"canary", r.canary_i < 0 ? json(nullptr)
+                                    : json{{"version", r.canary.version},
+                                           {"state", r.canary_state},
+                                           {"step_percent", r.step >= 0 ? json(r.canary.steps[size_t(r.step)]) : json(nullptr)},
+                                           {"last_decision", r.last_decision}}}};
 }
 
 void Releases::log_locked(Release& r, const std::string& kind, const std::string& by, json detail) {
@@ -149,6 +233,7 @@ Releases::Error Releases::set_weights(const std::string& model, const json& body
   }
   if (std::string e = check_weights(next, versions); !e.empty()) return {400, "invalid_weight", e};
   for (size_t i = 0; i < r.units.size(); ++i) r.weights[i] = next[units_[size_t(r.units[i])].version];
+  stop_canary_locked(r, by);
   log_locked(r, "weights", by, json::object());
   *out = state_locked(r);
   return {};
@@ -161,6 +246,7 @@ Releases::Error Releases::rollback(const std::string& model, const std::string& 
   std::lock_guard<std::mutex> lk(mu_);
   if (r.stable < 0) return {409, "no_stable_version", "model '" + model + "' has no stable version to roll back to (models." + model + ".stable)"};
   for (size_t i = 0; i < r.weights.size(); ++i) r.weights[i] = int(i) == r.stable ? 1.0 : 0.0;
+  if (r.canary_state == "ramping") r.canary_state = "rolled_back";
   log_locked(r, "rollback", by, {{"to", units_[size_t(r.units[size_t(r.stable)])].version}});
   *out = state_locked(r);
   return {};

@@ -28,6 +28,8 @@ GatewayConfig config(const std::string& extra) {
 
 const char* kSplit = "models:\n  chat: {versions: {v1: 90, v2: 10}, stable: v1}\n";
 
+ManualClock clock;
+
 std::map<std::string, int> count(Releases& r, int model, int n, const std::string& sticky_prefix = "") {
   std::map<std::string, int> seen;
   for (int i = 0; i < n; ++i)
@@ -37,7 +39,7 @@ std::map<std::string, int> count(Releases& r, int model, int n, const std::strin
 
 TEST(Releases, UnitsPerModelVersionAndTheSplit) {
   const GatewayConfig c = config(kSplit);
-  Releases r(c, c.models());
+  Releases r(c, c.models(), clock);
   ASSERT_EQ(r.units().size(), 3u);
   EXPECT_EQ(r.unit_of_worker(0), r.unit_of_worker(1));
   EXPECT_NE(r.unit_of_worker(0), r.unit_of_worker(2));
@@ -56,7 +58,7 @@ TEST(Releases, UnitsPerModelVersionAndTheSplit) {
 
 TEST(Releases, WeightsRollbackStableAndEvents) {
   const GatewayConfig c = config(kSplit);
-  Releases r(c, c.models());
+  Releases r(c, c.models(), clock);
   json s;
   ASSERT_FALSE(r.set_weights("chat", {{"weights", {{"v1", 0}, {"v2", 1}}}}, "ops", &s));
   EXPECT_EQ(s["versions"]["v2"]["share"], 1.0);
@@ -81,7 +83,7 @@ TEST(Releases, WeightsRollbackStableAndEvents) {
 
 TEST(Releases, BadInputIsRefusedAndChangesNothing) {
   const GatewayConfig c = config("models:\n  chat: {versions: {v1: 1, v2: 1}}\n");
-  Releases r(c, c.models());
+  Releases r(c, c.models(), clock);
   json s, before;
   ASSERT_FALSE(r.state("chat", &before));
   struct Case {
@@ -112,6 +114,115 @@ TEST(Releases, BadInputIsRefusedAndChangesNothing) {
   EXPECT_TRUE(s["events"].empty());
 }
 
+const char* kCanary =
+    "models:\n  chat:\n    versions: {v1: 1, v2: 0}\n    stable: v1\n"
+    "    canary: {version: v2, steps: [10, 50, 100], window_ms: 1000, interval_ms: 100, min_requests: 20,\n"
+    "             thresholds: {ttft_p99_ratio: 1.5, error_rate_delta: 0.05, cost_ratio: 1.3}}\n";
+
+// n samples for a unit over the last window, each the given TTFT, error and cost.
+void feed(Releases& r, int unit, int n, double ttft_s, bool error = false, double cost = 1e-4, int tier = 1) {
+  for (int i = 0; i < n; ++i) {
+    ReleaseSample s;
+    s.t_ns = clock.now_ns();
+    s.tier = tier;
+    s.ttft_s = ttft_s;
+    s.tpot_s = 0.01;
+    s.error = error;
+    s.cost = cost;
+    r.record(unit, s);
+  }
+}
+
+std::vector<std::string> decide(Releases& r, int64_t advance_ms) {
+  clock.advance_ns(advance_ms * 1000000);
+  std::vector<std::string> out;
+  for (const auto& d : r.tick()) out.push_back(d.decision);
+  return out;
+}
+
+// A canary as good as the stable version ramps a step per window and is promoted; one
+// that is slower, fails more, or costs more is rolled back at its first judged decision.
+TEST(Releases, CanaryRampsAndIsPromotedWhenItHolds) {
+  const GatewayConfig c = config(kCanary);
+  Releases r(c, c.models(), clock);
+  const int v1 = r.unit_of_worker(0), v2 = r.unit_of_worker(2);
+  json s;
+  ASSERT_FALSE(r.state("chat", &s));
+  EXPECT_EQ(s["canary"]["state"], "ramping");
+  EXPECT_DOUBLE_EQ(s["versions"]["v2"]["share"].get<double>(), 0.1);
+  // Too few requests: it holds (decided once per interval, not before).
+  EXPECT_TRUE(decide(r, 50).empty());
+  EXPECT_EQ(decide(r, 60), std::vector<std::string>{"hold"});
+  for (double pct : {50.0, 100.0}) {
+    feed(r, v1, 30, 0.10);
+    feed(r, v2, 30, 0.11);
+    EXPECT_EQ(decide(r, 100), std::vector<std::string>{"hold"}) << "a step lasts a window";
+    clock.advance_ns(900 * 1000000LL);
+    feed(r, v1, 30, 0.10);
+    feed(r, v2, 30, 0.11);
+    EXPECT_EQ(decide(r, 10), std::vector<std::string>{"advance"});
+    ASSERT_FALSE(r.state("chat", &s));
+    EXPECT_DOUBLE_EQ(s["versions"]["v2"]["share"].get<double>(), pct / 100) << s.dump();
+  }
+  clock.advance_ns(1000 * 1000000LL);
+  feed(r, v1, 30, 0.10);
+  feed(r, v2, 30, 0.10);
+  EXPECT_EQ(decide(r, 10), std::vector<std::string>{"promote"});
+  ASSERT_FALSE(r.state("chat", &s));
+  EXPECT_EQ(s["stable"], "v2");
+  EXPECT_EQ(s["canary"]["state"], "promoted");
+  EXPECT_TRUE(decide(r, 1000).empty());  // done: no more decisions
+  ASSERT_FALSE(r.events("chat", &s));
+  std::vector<std::string> kinds;
+  for (const auto& e : s["events"]) kinds.push_back(e["event"]);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"canary_start", "canary_hold", "canary_step", "canary_hold", "canary_step",
+                                             "canary_promoted"}));
+}
+
+TEST(Releases, CanaryWorseThanStableIsRolledBack) {
+  struct Case {
+    const char* what;
+    double ttft;
+    bool error;
+    double cost;
+    const char* reason;
+  } cases[] = {{"slower", 0.30, false, 1e-4, "TTFT P99"},
+               {"failing", 0.10, true, 1e-4, "error rate"},
+               {"dearer", 0.10, false, 2e-4, "cost per 1000"}};
+  for (const auto& k : cases) {
+    const GatewayConfig c = config(kCanary);
+    Releases r(c, c.models(), clock);
+    const int v1 = r.unit_of_worker(0), v2 = r.unit_of_worker(2);
+    feed(r, v1, 40, 0.10);
+    feed(r, v2, 40, k.ttft, k.error, k.cost);
+    EXPECT_EQ(decide(r, 100), std::vector<std::string>{"rollback"}) << k.what;
+    json s;
+    ASSERT_FALSE(r.state("chat", &s));
+    EXPECT_EQ(s["versions"]["v1"]["share"], 1.0) << k.what;
+    EXPECT_EQ(s["canary"]["state"], "rolled_back");
+    ASSERT_FALSE(r.events("chat", &s));
+    const json last = s["events"].back();
+    EXPECT_EQ(last["event"], "canary_rollback");
+    ASSERT_FALSE(last["reasons"].empty());
+    EXPECT_NE(last["reasons"][0].get<std::string>().find(k.reason), std::string::npos) << last.dump();
+    EXPECT_NE(last["reasons"][0].get<std::string>().find("standard"), std::string::npos) << "the tier is named";
+    EXPECT_TRUE(decide(r, 1000).empty());
+  }
+  // Old samples leave the window: a bad minute long past does not roll back.
+  const GatewayConfig c = config(kCanary);
+  Releases r(c, c.models(), clock);
+  feed(r, r.unit_of_worker(2), 40, 0.30);
+  clock.advance_ns(2000 * 1000000LL);
+  feed(r, r.unit_of_worker(0), 40, 0.10);
+  feed(r, r.unit_of_worker(2), 40, 0.10);
+  EXPECT_EQ(decide(r, 10), std::vector<std::string>{"advance"});
+  // An operator's split stops the canary.
+  json s;
+  ASSERT_FALSE(r.set_weights("chat", {{"weights", {{"v2", 0}}}}, "ops", &s));
+  EXPECT_EQ(s["canary"]["state"], "stopped");
+  EXPECT_TRUE(decide(r, 1000).empty());
+}
+
 TEST(Releases, ConfigErrorsNameTheField) {
   const std::string workers =
       "workers:\n"
@@ -125,6 +236,8 @@ TEST(Releases, ConfigErrorsNameTheField) {
       {"models:\n  chat: {versions: {v1: 1}}\n", "'v2' has no weight"},
       {"models:\n  chat: {versions: {v1: 1, v2: 1}, stable: v3}\n", "models.chat.stable"},
       {"models:\n  other: {versions: {v1: 1}}\n", "no worker serves 'other'"},
+      {"models:\n  chat: {versions: {v1: 1, v2: 1}, canary: {version: v2}}\n", "judged against the stable version"},
+      {"models:\n  chat: {versions: {v1: 1, v2: 1}, stable: v1, canary: {version: v3}}\n", "models.chat.canary.version"},
   };
   for (const auto& [extra, needle] : cases) {
     auto c = parse_gateway_config(workers + extra);

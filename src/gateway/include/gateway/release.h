@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
+#include "gateway/canary.h"
 #include "gateway/config.h"
 
 namespace ts::gateway {
@@ -32,8 +34,9 @@ class Releases {
     explicit operator bool() const { return status != 0; }
   };
 
-  // `models`: the served model names (workers' `model`s, first appearance first).
-  Releases(const GatewayConfig& cfg, const std::vector<std::string>& models);
+  // `models`: the served model names (workers' `model`s, first appearance first). A
+  // configured canary starts at its first step.
+  Releases(const GatewayConfig& cfg, const std::vector<std::string>& models, const Clock& clock);
 
   const std::vector<Unit>& units() const { return units_; }
   int unit_of_worker(int worker) const { return worker_unit_[size_t(worker)]; }
@@ -52,6 +55,16 @@ class Releases {
   Error set_stable(const std::string& model, const nlohmann::json& body, const std::string& by, nlohmann::json* out);
   Error events(const std::string& model, nlohmann::json* out) const;
 
+  // A request a unit served, for its model's canary (ignored without one).
+  void record(int unit, const ReleaseSample& s);
+  // The canaries' decisions due now (every interval_ms): advance a step, promote, hold or
+  // roll back, each an event; what was decided, for the caller's metric and log.
+  struct Decision {
+    std::string model, decision;  // advance, promote, hold, rollback
+    std::vector<std::string> reasons;
+  };
+  std::vector<Decision> tick();
+
   static constexpr size_t kMaxEvents = 1000;
 
  private:
@@ -62,7 +75,16 @@ class Releases {
     int stable = -1;               // GUARDED_BY(mu_): index into units, -1 none
     Sticky sticky = Sticky::kNone;
     std::deque<nlohmann::json> events;  // GUARDED_BY(mu_), the newest last
+    // The canary (canary_i >= 0): GUARDED_BY(mu_).
+    CanaryConfig canary;
+    int canary_i = -1;               // index into units
+    std::string canary_state = "off";  // ramping, promoted, rolled_back, stopped (an operator's change)
+    int step = -1;
+    int64_t step_since_ns = 0, next_ns = 0;
+    std::string last_decision;
   };
+  void set_step_locked(Release& r, int step);
+  void stop_canary_locked(Release& r, const std::string& why);
   int find(const std::string& model) const;
   nlohmann::json state_locked(const Release& r) const;
   void log_locked(Release& r, const std::string& kind, const std::string& by, nlohmann::json detail);
@@ -72,6 +94,9 @@ class Releases {
   std::vector<int> worker_unit_;
   std::vector<std::vector<std::string>> unit_workers_;
   std::vector<Release> rel_;  // per model
+  const Clock& clock_;
+  std::vector<std::string> tier_names_;
+  std::vector<ReleaseWindow> windows_;  // GUARDED_BY(mu_), per unit
   mutable std::mutex mu_;
   uint64_t rng_ = 0x9e3779b97f4a7c15ULL;  // GUARDED_BY(mu_)
 };
