@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libboost1.81-dev libyaml-cpp-dev libhiredis-dev
+  libboost1.81-dev libyaml-cpp-dev libhiredis-dev libsqlite3-dev
   redis-server
   chromium
   clang libclang-rt-14-dev

@@ -166,7 +166,7 @@ void parse_router(const YAML::Node& n, RouterConfig& r) {
 void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (!root || root.IsNull()) return;
   check_keys(root, "", {"listen", "admin", "workers", "tiers", "tier_aliases", "request_priorities", "default_tier", "router", "models", "health", "upstream",
-                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache", "keys_file"});
+                        "keys", "limits", "http", "log", "drain_timeout_ms", "on_unentitled", "serve_binary", "redis", "cache", "keys_file", "shadow"});
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node w = root["workers"]) {
@@ -200,7 +200,7 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (!m.IsMap()) fail("models", "expected a mapping of model name: {versions, stable, sticky}");
     for (const auto& kv : m) {
       const std::string name = kv.first.as<std::string>(), path = "models." + name;
-      check_keys(kv.second, path, {"versions", "stable", "sticky", "canary"});
+      check_keys(kv.second, path, {"versions", "stable", "sticky", "canary", "shadow"});
       ModelRelease r;
       if (const YAML::Node v = kv.second["versions"]) {
         if (!v.IsMap()) fail(path + ".versions", "expected a mapping of version: weight");
@@ -250,6 +250,15 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
           num("degradation_rate_delta", cc.degradation_rate_delta);
         }
       }
+      if (const YAML::Node sh = kv.second["shadow"]) {
+        check_keys(sh, path + ".shadow", {"version", "fraction"});
+        if (!sh["version"]) fail(path + ".shadow", "shadow traffic needs its version");
+        r.shadow.version = get_str(sh["version"], path + ".shadow.version");
+        if (sh["fraction"]) {
+          r.shadow.fraction = get_double(sh["fraction"], path + ".shadow.fraction");
+          if (r.shadow.fraction < 0 || r.shadow.fraction > 1) fail(path + ".shadow.fraction", "expected a fraction in [0, 1]");
+        }
+      }
       c.releases[name] = std::move(r);
     }
   }
@@ -263,6 +272,17 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     if (u["connect_timeout_ms"]) c.upstream.connect_timeout_ms = get_int(u["connect_timeout_ms"], "upstream.connect_timeout_ms", 1, 600000);
     if (u["head_timeout_ms"]) c.upstream.head_timeout_ms = get_int(u["head_timeout_ms"], "upstream.head_timeout_ms", 1, 86400000);
     if (u["idle_timeout_ms"]) c.upstream.idle_timeout_ms = get_int(u["idle_timeout_ms"], "upstream.idle_timeout_ms", 1, 86400000);
+  }
+  if (const YAML::Node sh = root["shadow"]) {
+    check_keys(sh, "shadow", {"db", "max_rows", "max_wait_ms", "max_queued", "share_max"});
+    if (sh["db"]) c.shadow.db = expand_path(get_str(sh["db"], "shadow.db"), "shadow.db");
+    if (sh["max_rows"]) c.shadow.max_rows = get_int(sh["max_rows"], "shadow.max_rows", 1, int64_t(1) << 40);
+    if (sh["max_wait_ms"]) c.shadow.max_wait_ms = get_int(sh["max_wait_ms"], "shadow.max_wait_ms", 1, 3600000);
+    if (sh["max_queued"]) c.shadow.max_queued = int32_t(get_int(sh["max_queued"], "shadow.max_queued", 1, 1 << 20));
+    if (sh["share_max"]) {
+      c.shadow.share_max = get_double(sh["share_max"], "shadow.share_max");
+      if (c.shadow.share_max <= 0 || c.shadow.share_max > 1) fail("shadow.share_max", "expected a fraction in (0, 1]");
+    }
   }
   if (const YAML::Node cc = root["cache"]) {
     check_keys(cc, "cache", {"max_bytes", "ttl_ms", "scope", "backend"});
@@ -437,6 +457,11 @@ static Status check_releases(const GatewayConfig& c) {
       if (!r.weights.count(v)) return invalid_argument(p + ".versions: the workers' version '" + v + "' has no weight");
     if (!r.stable.empty() && !r.weights.count(r.stable))
       return invalid_argument(p + ".stable: '" + r.stable + "' is not one of its versions");
+    if (!r.shadow.version.empty()) {
+      if (!r.weights.count(r.shadow.version))
+        return invalid_argument(p + ".shadow.version: '" + r.shadow.version + "' is not one of its versions");
+      if (c.shadow.db.empty()) return invalid_argument(p + ".shadow: shadow pairs go to a database: name it in shadow.db");
+    }
     if (!r.canary.version.empty()) {
       if (!r.weights.count(r.canary.version))
         return invalid_argument(p + ".canary.version: '" + r.canary.version + "' is not one of its versions");

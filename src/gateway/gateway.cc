@@ -1,5 +1,7 @@
 #include "gateway/gateway.h"
 
+#include "gateway/pair_store.h"
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <chrono>
 #include <cmath>
@@ -51,6 +53,7 @@ enum M : size_t {
   kCacheBytes,
   kCacheEntries,
   kCanaryDecisions,
+  kShadow,
   kCacheErrors,
   kCount
 };
@@ -98,6 +101,10 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
   d[kCacheEvictions] = {"tierserve_gateway_cache_evictions_total", "Cache entries dropped for room (expired ones not counted).",
                         T::kCounter, {}, {}};
   d[kCacheBytes] = {"tierserve_gateway_cache_bytes", "Bytes the response cache holds.", T::kGauge, {}, {}};
+  d[kShadow] = {"tierserve_gateway_shadow_total",
+                "Shadow requests, by model and outcome: recorded (both answers stored), dropped (no slot in time, or "
+                "the pair queue full), error (the shadow failed; stored), db_error (the pair database failed).",
+                T::kCounter, {"model", "outcome"}, {}};
   d[kCanaryDecisions] = {"tierserve_gateway_canary_decisions_total",
                         "A canary's decisions, by model: advance (a step up), promote (the canary is stable), hold, rollback.",
                         T::kCounter, {"model", "decision"}, {}};
@@ -110,6 +117,13 @@ std::vector<metrics::MetricDef> gateway_metric_defs() {
 
 // ---------------------------------------------------------------------------------------
 // One proxied request.
+
+// A shadow pair: the client's answer and the shadow version's, written once both are in.
+struct ShadowPair {
+  std::mutex mu;
+  PairRow row;
+  int sides = 0;
+};
 
 struct Gateway::Exchange {
   Gateway* g = nullptr;
@@ -131,6 +145,8 @@ struct Gateway::Exchange {
   int unit = 0, fallback_unit = -1;    // their versions' (the fleet's models: Releases::units)
   std::string version;                 // of the unit that serves it ("" unversioned)
   int64_t placed_ns = 0;               // the last attempt's start on a worker
+  std::shared_ptr<ShadowPair> pair;    // mirrored to a shadow version: this side's answer goes in it
+  std::string answer_text;             // with a pair: the answer the client got
   bool timed_out = false;              // the worker did not answer within a timeout
   std::string route;        // x-tierserve-route ("" unless the router chose)
   std::string degraded_reason;
@@ -170,6 +186,16 @@ namespace {
 // A conversation's identity when the client names none (x-tierserve-conversation): its
 // opening — the system prompt and the first user message of a chat, a completion's
 // prompt — which every later turn of the same conversation repeats.
+// The text of a whole completion body ("" when it has none).
+std::string answer_text(const json& j, bool chat) {
+  if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return "";
+  const json& c = j["choices"][0];
+  const json* t = chat && c.contains("message") && c["message"].is_object() && c["message"].contains("content")
+                      ? &c["message"]["content"]
+                      : !chat && c.contains("text") ? &c["text"] : nullptr;
+  return t && t->is_string() ? t->get<std::string>() : "";
+}
+
 std::string conversation_of(const json& b, bool chat) {
   if (!chat) return b.contains("prompt") ? b["prompt"].dump() : "";
   std::string id;
@@ -291,6 +317,25 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     ft.downgrade_to = t.on_timeout == OnTimeout::kDowngrade ? cfg.tier_index(t.downgrade_to) : -1;
     ft.max_queued = t.max_queued_requests;
     tiers.push_back(std::move(ft));
+  }
+  // Shadow traffic: a tier of its own below every paying one, on every pool.
+  if (!cfg.shadow.db.empty()) {
+    FleetTier st;
+    st.name = "shadow";
+    for (size_t i = 0; i < pools.size(); ++i) st.pools.push_back(int(i));
+    for (const WorkerConfig& w : cfg.workers)
+      if (int id = pool_id(w.pool); std::find(st.pools.begin(), st.pools.end(), id) == st.pools.end()) st.pools.push_back(id);
+    st.share_max = cfg.shadow.share_max;
+    st.max_wait_ns = cfg.shadow.max_wait_ms * 1000000;
+    st.on_timeout = OnTimeout::kReject;
+    st.max_queued = cfg.shadow.max_queued;
+    g->shadow_tier_ = int(tiers.size());
+    tiers.push_back(std::move(st));
+    Gateway* raw = g.get();
+    g->pair_writer_ = std::make_unique<PairWriter>(cfg.shadow.db, cfg.shadow.max_rows, [raw](const std::string& kind, const std::string& msg) {
+      raw->registry_->counter(kShadow, {"", "db_error"})->inc();
+      log_record(LogLevel::kWarn, "shadow pairs: " + kind, {{"error", msg}});
+    });
   }
   std::vector<FleetWorker> workers;
   for (const WorkerConfig& w : cfg.workers) {
@@ -422,8 +467,8 @@ void Gateway::ticker() {
     const auto q = fleet_->queued_per_tier();
     int64_t total = 0;
     for (size_t t = 0; t < q.size(); ++t) {
-      registry_->gauge(kQueueDepth, {cfg_.tiers[t].name})->set(double(q[t]));
-      total += q[t];
+      registry_->gauge(kQueueDepth, {t < cfg_.tiers.size() ? cfg_.tiers[t].name : "shadow"})->set(double(q[t]));
+      if (t < cfg_.tiers.size()) total += q[t];  // shadows are not paying requests waiting
     }
     registry_->gauge(kQueueDepthTotal)->set(double(total));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -684,6 +729,9 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
       end_attempt(x);
     }
   });
+  // Admitted, not from the cache: mirrored to the model's shadow version at its fraction.
+  if (pair_writer_)
+    if (const int su = releases_->shadow_for(x->model, x->unit); su >= 0) launch_shadow(x, su, chat);
   submit(x, false, -1);
 }
 
@@ -854,7 +902,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
       start = end + 2;
       if (ev.rfind("data: {", 0) == 0) {
         const bool has_usage = ev.find("\"usage\":{") != std::string::npos;
-        const bool for_cache = !x->cache_key.empty() && !x->cache_spoiled;
+        const bool for_cache = (!x->cache_key.empty() && !x->cache_spoiled) || x->pair;
         if (has_usage || x->rewrite_model || for_cache) {
           json j = json::parse(std::string_view(ev).substr(6, ev.size() - 8), nullptr, false);
           if (for_cache) note_for_cache(*x, j);
@@ -953,6 +1001,7 @@ void Gateway::start_attempt(const std::shared_ptr<Exchange>& x, const Placement&
           j["usage"]["completion_tokens"].is_number_integer())
         x->completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
       store_in_cache(*x, &j);
+      if (x->pair) x->answer_text = answer_text(j, x->chat);
       if (x->rewrite_model && j.contains("model")) {
         j["model"] = wc.model;
         x->buffered = j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -1194,6 +1243,27 @@ void Gateway::end_attempt(const std::shared_ptr<Exchange>& x) {
   std::string outcome = x->status == 200 ? "ok" : x->status == 499 ? "cancelled" : x->status == 429 || x->status == 503 ? "rejected" : "error";
   if (x->status == 200 && x->rec && !x->rec->error_code.empty()) outcome = "error";
   registry_->counter(kRequests, {tier, model, x->version, outcome})->inc();
+  if (x->pair) {
+    PairSide side;
+    side.version = x->version;
+    side.status = x->status;
+    side.text = x->stream ? x->cached_text : x->answer_text;
+    side.error = x->rec ? x->rec->error_code : "";
+    side.completion_tokens = x->completion_tokens;
+    const int64_t now = clock_.now_ns();
+    if (x->first_byte_ns > 0) side.ttft_ms = double(x->first_byte_ns - x->arrived_ns) / 1e6;
+    side.latency_ms = double(now - x->arrived_ns) / 1e6;
+    if (x->pl.worker >= 0) {
+      const WorkerConfig& wc = cfg_.workers[size_t(x->pl.worker)];
+      side.cost = double(now - x->placed_ns) / 1e9 * wc.cost_per_hour / 3600.0 / double(std::max(1, wc.max_inflight));
+    }
+    std::shared_ptr<ShadowPair> pair = std::move(x->pair);
+    {
+      std::lock_guard<std::mutex> pl(pair->mu);
+      pair->row.stable = std::move(side);
+    }
+    finish_pair(pair);
+  }
   if (x->pl.worker >= 0 && x->status != 499) {  // what its version did, for a canary's judgement
     const WorkerConfig& wc = cfg_.workers[size_t(x->pl.worker)];
     const int64_t now = clock_.now_ns();
@@ -1229,6 +1299,109 @@ void Gateway::abort_calls_on(int worker) {
     }
   }
   for (auto& c : calls) c->cancel();
+}
+
+// A copy of the request to the shadow unit, on the shadow tier (below every paying one:
+// placed only where they leave room, dropped when no slot frees in time), whole (not
+// streamed) and at the worker's lowest tier; its answer goes into the pair, never to the
+// client.
+void Gateway::launch_shadow(const std::shared_ptr<Exchange>& x, int unit, bool chat) {
+  auto pair = std::make_shared<ShadowPair>();
+  pair->row.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  pair->row.model = models_[size_t(x->model)];
+  pair->row.endpoint = chat ? "chat" : "completions";
+  pair->row.request = x->body.dump(-1, ' ', false, json::error_handler_t::replace);
+  pair->row.shadow.version = releases_->units()[size_t(unit)].version;
+  x->pair = pair;
+  auto body = std::make_shared<json>(x->body);
+  body->erase("stream");
+  body->erase("stream_options");
+  body->erase("service_tier");
+  body->erase("priority");
+  const std::string path = x->path;
+  const int64_t arrived = clock_.now_ns();
+  Ticket t;
+  t.tier = shadow_tier_;
+  t.model = unit;
+  auto fail = [this, pair](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lk(pair->mu);
+      pair->row.shadow.status = 0;
+      pair->row.shadow.error = why;
+    }
+    registry_->counter(kShadow, {pair->row.model, "dropped"})->inc();
+    finish_pair(pair);
+  };
+  t.on_refused = [fail](Refusal r, const std::string&) { fail(std::string(refusal_code(r))); };
+  t.on_start = [this, pair, body, path, arrived, fail](const Placement& p) {
+    const WorkerConfig& wc = cfg_.workers[size_t(p.worker)];
+    std::shared_ptr<UpstreamPool> pool = workers_->pool(p.worker);
+    if (!pool) {
+      fleet_->finished(p.ticket);
+      return fail("worker " + wc.name + " has no address");
+    }
+    json b = *body;
+    b["model"] = wc.served_as();
+    if (wc.kind == WorkerKind::kLocal || wc.kind == WorkerKind::kTierserve) b["service_tier"] = cfg_.tiers.back().name;
+    if (wc.kind == WorkerKind::kVllm) b["priority"] = int(cfg_.tiers.size());
+    UpstreamRequest req;
+    req.path = path;
+    req.body = b.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (!wc.api_key.empty()) req.headers.emplace_back("authorization", "Bearer " + wc.api_key);
+    struct Got {
+      int status = 0;
+      std::string body;
+      int64_t first_ns = 0, placed_ns = 0;
+    };
+    auto got = std::make_shared<Got>();
+    got->placed_ns = clock_.now_ns();
+    UpstreamHandlers h;
+    h.on_head = [got](int status, const server::Headers&) { got->status = status; };
+    h.on_data = [this, got](std::string_view bytes) {
+      if (!got->first_ns) got->first_ns = clock_.now_ns();
+      if (got->body.size() < (size_t(8) << 20)) got->body.append(bytes);
+    };
+    h.on_end = [this, pair, got, arrived, ticket = p.ticket, w = p.worker](UpstreamError e, const std::string& detail) {
+      fleet_->finished(ticket);
+      const WorkerConfig& wc = cfg_.workers[size_t(w)];
+      const int64_t now = clock_.now_ns();
+      PairSide& s = pair->row.shadow;
+      {
+        std::lock_guard<std::mutex> lk(pair->mu);
+        s.status = e == UpstreamError::kNone ? got->status : 502;
+        if (got->first_ns) s.ttft_ms = double(got->first_ns - arrived) / 1e6;
+        s.latency_ms = double(now - arrived) / 1e6;
+        s.cost = double(now - got->placed_ns) / 1e9 * wc.cost_per_hour / 3600.0 / double(std::max(1, wc.max_inflight));
+        const json j = json::parse(got->body, nullptr, false);
+        if (e != UpstreamError::kNone) s.error = std::string(upstream_error_name(e)) + (detail.empty() ? "" : " (" + detail + ")");
+        else if (s.status != 200) s.error = server::error_code_of(got->body);
+        s.text = answer_text(j, pair->row.endpoint == "chat");
+        if (j.is_object() && j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
+            j["usage"]["completion_tokens"].is_number_integer())
+          s.completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
+      }
+      if (s.status != 200) registry_->counter(kShadow, {pair->row.model, "error"})->inc();
+      finish_pair(pair);
+    };
+    pool->send(std::move(req), std::move(h));
+  };
+  const Fleet::Submitted s = fleet_->submit(std::move(t));
+  if (!s.accepted) fail(std::string(refusal_code(s.why)));
+}
+
+void Gateway::finish_pair(const std::shared_ptr<ShadowPair>& pair) {
+  PairRow row;
+  {
+    std::lock_guard<std::mutex> lk(pair->mu);
+    if (++pair->sides < 2) return;
+    row = std::move(pair->row);
+  }
+  const std::string model = row.model;
+  if (!pair_writer_->push(std::move(row))) {
+    registry_->counter(kShadow, {model, "dropped"})->inc();
+    return;
+  }
+  registry_->counter(kShadow, {model, "recorded"})->inc();
 }
 
 // /admin/models/{name}[/weights|/rollback|/stable|/events]: the model's versions and

@@ -60,6 +60,10 @@ Releases::Releases(const GatewayConfig& cfg, const std::vector<std::string>& mod
       if (auto w = it->second.weights.find(v); w != it->second.weights.end()) r.weights[i] = w->second;
       if (v == it->second.stable) r.stable = int(i);
       if (!r.canary.version.empty() && v == r.canary.version) r.canary_i = int(i);
+      if (!it->second.shadow.version.empty() && v == it->second.shadow.version) {
+        r.shadow_unit = r.units[i];
+        r.shadow_fraction = it->second.shadow.fraction;
+      }
     }
     if (r.canary_i >= 0 && r.stable >= 0) {
       r.canary_state = "ramping";
@@ -86,6 +90,16 @@ void Releases::stop_canary_locked(Release& r, const std::string& why) {
   if (r.canary_state != "ramping") return;
   r.canary_state = "stopped";
   r.events.push_back({{"at_ms", unix_ms()}, {"event", "canary_stopped"}, {"by", why}});
+}
+
+int Releases::shadow_for(int model, int unit) {
+  const Release& r = rel_[size_t(model)];
+  if (r.shadow_unit < 0 || r.shadow_unit == unit || r.shadow_fraction <= 0) return -1;
+  std::lock_guard<std::mutex> lk(mu_);
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  return double(rng_ >> 11) * 0x1.0p-53 < r.shadow_fraction ? r.shadow_unit : -1;
 }
 
 void Releases::record(int unit, const ReleaseSample& s) {

@@ -17,5 +17,6 @@ int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_gateway(int argc, char** argv);
 int cmd_route_train(int argc, char** argv);
+int cmd_review(int argc, char** argv);
 
 }  // namespace ts::tools

@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"bench", ts::tools::cmd_bench, "load-test an OpenAI-compatible server: percentiles, SLOs, knee, cost"},
     {"gateway", ts::tools::cmd_gateway, "one tier-aware OpenAI endpoint in front of many workers and models"},
     {"route-train", ts::tools::cmd_route_train, "train the gateway router's classifier from a labelled JSONL"},
+    {"review", ts::tools::cmd_review, "the blind A/B review of the gateway's shadow pairs, in a browser"},
 };
 
 void usage(FILE* out) {

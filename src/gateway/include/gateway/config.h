@@ -152,11 +152,26 @@ struct CanaryConfig {
   double ttft_p99_ratio = 1.2, tpot_p99_ratio = 1.2, cost_ratio = 1.2;
   double error_rate_delta = 0.01, timeout_rate_delta = 0.01, degradation_rate_delta = 0.05;
 };
+// Shadow traffic: a fraction of the model's requests mirrored to a candidate version,
+// below every paying tier; the client gets the first answer only; both answers go to the
+// pair database (shadow.db) for the blind review.
+struct ShadowConfig {
+  std::string version;                    // "" = none
+  double fraction = 0.1;                  // of the model's requests, in [0, 1]
+};
 struct ModelRelease {
   std::map<std::string, double> weights;  // version -> weight (>= 0, sum > 0)
   std::string stable;                     // "" = none (a rollback is refused)
   Sticky sticky = Sticky::kNone;
   CanaryConfig canary;
+  ShadowConfig shadow;
+};
+struct ShadowDbConfig {
+  std::string db;                         // the SQLite file ("" = no shadow traffic)
+  int64_t max_rows = 100000;              // the oldest pairs go beyond it
+  int64_t max_wait_ms = 2000;             // a shadow waiting longer for a slot is dropped
+  int32_t max_queued = 64;                // shadows waiting at once; more are dropped
+  double share_max = 0.1;                 // of a pool's slots while paying tiers have demand
 };
 
 struct UpstreamConfig {
@@ -177,6 +192,7 @@ struct GatewayConfig {
   // model name -> its versions' split. A model whose workers all have one version needs
   // none (that version takes everything and is stable).
   std::map<std::string, ModelRelease> releases;
+  ShadowDbConfig shadow;
   HealthConfig health;
   UpstreamConfig upstream;
   RedisConfig redis;

@@ -85,6 +85,8 @@ class Gateway {
   void completions(const server::HttpRequest& req, std::shared_ptr<server::Responder> out, bool chat);
   void models(std::shared_ptr<server::Responder> out) const;
   void release_admin(const server::HttpRequest& req, std::shared_ptr<server::Responder> out);
+  void launch_shadow(const std::shared_ptr<Exchange>& x, int unit, bool chat);
+  void finish_pair(const std::shared_ptr<struct ShadowPair>& pair);
   void model(const server::HttpRequest& req, std::shared_ptr<server::Responder> out) const;
   void metrics_text(std::shared_ptr<server::Responder> out) const;
   void stats(std::shared_ptr<server::Responder> out) const;
@@ -114,6 +116,8 @@ class Gateway {
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::vector<std::string> models_;  // served model names (not the router's)
   std::unique_ptr<Releases> releases_;  // their versions and the live split
+  std::unique_ptr<class PairWriter> pair_writer_;  // shadow traffic configured
+  int shadow_tier_ = -1;                 // the fleet's tier for shadows (after the paying ones)
   server::KeyTable keys_;
   std::unique_ptr<SharedLimits> shared_limits_;  // redis configured
   std::unique_ptr<CacheStore> cache_;            // cache configured

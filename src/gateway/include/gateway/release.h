@@ -55,6 +55,9 @@ class Releases {
   Error set_stable(const std::string& model, const nlohmann::json& body, const std::string& by, nlohmann::json* out);
   Error events(const std::string& model, nlohmann::json* out) const;
 
+  // The unit a request for `model` served by `unit` is mirrored to, or -1: its shadow
+  // version, drawn at the configured fraction, never the unit itself.
+  int shadow_for(int model, int unit);
   // A request a unit served, for its model's canary (ignored without one).
   void record(int unit, const ReleaseSample& s);
   // The canaries' decisions due now (every interval_ms): advance a step, promote, hold or
@@ -77,6 +80,8 @@ class Releases {
     std::deque<nlohmann::json> events;  // GUARDED_BY(mu_), the newest last
     // The canary (canary_i >= 0): GUARDED_BY(mu_).
     CanaryConfig canary;
+    int shadow_unit = -1;
+    double shadow_fraction = 0;
     int canary_i = -1;               // index into units
     std::string canary_state = "off";  // ramping, promoted, rolled_back, stopped (an operator's change)
     int step = -1;
