@@ -1074,6 +1074,29 @@ TEST(Gateway, VersionsSplitLiveAndRollBackAtOnce) {
   std::string m = http(g.port(), "GET", "/metrics").body;
   EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"chat\",version=\"v2\",outcome=\"ok\"}"), seen["v2"]) << m;
   EXPECT_NE(g.stderr_text().find("model_version=v2"), std::string::npos);
+  // The load tester pins each side to a version (x-tierserve-model-version) and compares
+  // them per tier; a version the model does not have is a 400.
+  {
+    const std::string out = kWork + "/versions-bench.json";
+    ::unlink(out.c_str());
+    const std::string cmd = std::string(TS_TIERSERVE_BIN) + " bench --url http://127.0.0.1:" + std::to_string(g.port()) +
+                            " --model chat --model-version v1 --compare-version v2 --mode closed -c 2 -n 20 --compare-rounds 2"
+                            " --input-len 4 --output-len 4 --no-cold-start --warmup 0 --tier-mix standard=1 -q --json '" + out +
+                            "' > /dev/null 2>&1";
+    const double v1_before = metric_sum(http(g.port(), "GET", "/metrics").body, "tierserve_gateway_requests_total{tier=\"standard\",model=\"chat\",version=\"v1\"");
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    const json b = json::parse(slurp(out), nullptr, false);
+    ASSERT_TRUE(b.contains("compare")) << slurp(out).substr(0, 500);
+    EXPECT_EQ(b["compare"]["a"]["label"], "v1");
+    EXPECT_EQ(b["compare"]["b"]["label"], "v2");
+    EXPECT_TRUE(b["compare"]["ratio_b_over_a_by_tier"].contains("standard")) << b["compare"].dump();
+    EXPECT_GT(b["compare"]["ratio_b_over_a_by_tier"]["standard"]["ttft_p50"].get<double>(), 0);
+    const double v1_after = metric_sum(http(g.port(), "GET", "/metrics").body, "tierserve_gateway_requests_total{tier=\"standard\",model=\"chat\",version=\"v1\"");
+    EXPECT_EQ(v1_after - v1_before, 20);  // pinned: none of the v1 side's requests went to v2, nor v2's to v1
+    HttpResult p = http(g.port(), "POST", "/v1/completions", completion("chat", "Once", 1, false), {{"x-tierserve-model-version", "v9"}});
+    EXPECT_EQ(p.status, 400);
+    EXPECT_EQ(body_json(p)["error"]["code"], "unknown_version") << p.body;
+  }
   // Live: everything to the canary.
   HttpResult r = http(g.port(), "POST", "/admin/models/chat/weights", R"({"weights":{"v1":0,"v2":100}})");
   ASSERT_EQ(r.status, 200) << r.body;

@@ -109,6 +109,7 @@ void HttpClient::send(WireRequest wire, RequestRecord rec, Done done) {
   op->req.set(http::field::accept, op->rec.streamed ? "text/event-stream" : "application/json");
   op->req.set(http::field::user_agent, "tierserve-bench");
   if (!op->wire.api_key.empty()) op->req.set(http::field::authorization, "Bearer " + op->wire.api_key);
+  if (!target_.model_version.empty()) op->req.set("x-tierserve-model-version", target_.model_version);
   op->req.keep_alive(true);
   op->req.body() = op->wire.body;
   op->req.prepare_payload();

@@ -19,6 +19,7 @@ namespace ts::bench {
 struct Target {
   std::string host, port, base_path;  // base_path without a trailing '/'
   std::string label;
+  std::string model_version;  // sent as x-tierserve-model-version: one version through a gateway
 };
 // "http://host:port[/prefix]" -> Target. https is not supported (say so).
 Result<Target> parse_url(const std::string& url);

@@ -241,6 +241,15 @@ std::string format_summary(const Report& r) {
     ratio("TPOT p99 ms", a.tpot_ms.p99, b.tpot_ms.p99);
     ratio("E2E p50 ms", a.e2e_ms.p50, b.e2e_ms.p50);
     ratio("E2E p99 ms", a.e2e_ms.p99, b.e2e_ms.p99);
+    for (const SliceStats& ta : r.compare.a.tiers)
+      for (const SliceStats& tb : r.compare.b.tiers) {
+        if (ta.tier != tb.tier) continue;
+        o << "ratios " << r.compare.label_b << "/" << r.compare.label_a << " (" << ta.tier << "):\n";
+        ratio("TTFT p50 ms", ta.ttft_ms.p50, tb.ttft_ms.p50);
+        ratio("TTFT p99 ms", ta.ttft_ms.p99, tb.ttft_ms.p99);
+        ratio("TPOT p99 ms", ta.tpot_ms.p99, tb.tpot_ms.p99);
+        ratio("E2E p99 ms", ta.e2e_ms.p99, tb.e2e_ms.p99);
+      }
   } else {
     o << "\nsteady state: " << num(r.steady.duration_s) << " s, " << r.steady.overall.n << " requests\n";
     phase_text(o, r.steady, r.price_per_hour);
@@ -298,6 +307,15 @@ std::string to_json(const Report& r) {
                       {"tpot_p99", jnum(b.tpot_ms.p99 / a.tpot_ms.p99)},
                       {"e2e_p50", jnum(b.e2e_ms.p50 / a.e2e_ms.p50)},
                       {"e2e_p99", jnum(b.e2e_ms.p99 / a.e2e_ms.p99)}}}};
+    json by_tier = json::object();
+    for (const SliceStats& ta : r.compare.a.tiers)
+      for (const SliceStats& tb : r.compare.b.tiers)
+        if (ta.tier == tb.tier)
+          by_tier[ta.tier] = {{"throughput_rps", jnum(tb.rps / ta.rps)},       {"ttft_p50", jnum(tb.ttft_ms.p50 / ta.ttft_ms.p50)},
+                              {"ttft_p99", jnum(tb.ttft_ms.p99 / ta.ttft_ms.p99)}, {"tpot_p99", jnum(tb.tpot_ms.p99 / ta.tpot_ms.p99)},
+                              {"e2e_p99", jnum(tb.e2e_ms.p99 / ta.e2e_ms.p99)},    {"error_rate_a", jnum(ta.n ? double(ta.n_errors) / double(ta.n) : NAN)},
+                              {"error_rate_b", jnum(tb.n ? double(tb.n_errors) / double(tb.n) : NAN)}};
+    j["compare"]["ratio_b_over_a_by_tier"] = by_tier;
   }
   if (r.slo_given) {
     json v = json::array();

@@ -385,11 +385,13 @@ Result<Report> Runner::run() {
 
   TS_ASSIGN_OR_RETURN(Target ta, parse_url(o_.url));
   ta.label = o_.label_a;
+  ta.model_version = o_.version_a;
   TS_ASSIGN_OR_RETURN(auto client_a, HttpClient::create(io_, ta, clock_, o_.request_timeout_s));
   std::unique_ptr<HttpClient> client_b;
   if (!o_.url_b.empty()) {
     TS_ASSIGN_OR_RETURN(Target tb, parse_url(o_.url_b));
     tb.label = o_.label_b;
+    tb.model_version = o_.version_b;
     TS_ASSIGN_OR_RETURN(client_b, HttpClient::create(io_, tb, clock_, o_.request_timeout_s));
   }
   AggregateOptions agg;

@@ -642,6 +642,12 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
       if (sticky.empty()) sticky = conversation_of(b, chat);
     }
     x->unit = releases_->pick(x->model, sticky);
+    // Pinned by the client (a load test of one version, a reviewer's check).
+    if (const std::string_view pin = req.header("x-tierserve-model-version"); !pin.empty()) {
+      const int u = releases_->unit_of(x->model, std::string(pin));
+      if (u < 0) return bad("model '" + target + "' has no version '" + std::string(pin) + "'", "x-tierserve-model-version", "unknown_version");
+      x->unit = u;
+    }
     x->version = releases_->units()[size_t(x->unit)].version;
     if (x->fallback_model >= 0) x->fallback_unit = releases_->pick(x->fallback_model, sticky);
   }

@@ -153,6 +153,12 @@ std::vector<Releases::Decision> Releases::tick() {
   return out;
 }
 
+int Releases::unit_of(int model, const std::string& version) const {
+  for (int u : rel_[size_t(model)].units)
+    if (units_[size_t(u)].version == version) return u;
+  return -1;
+}
+
 int Releases::find(const std::string& model) const {
   for (size_t i = 0; i < rel_.size(); ++i)
     if (rel_[i].name == model) return int(i);

@@ -73,6 +73,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--label", o.label_a, "name of --url in reports")->capture_default_str();
   app.add_option("--compare-label", o.label_b, "name of --compare-url in reports")->capture_default_str();
   app.add_option("--compare-rounds", o.compare_rounds, "ABBA rounds the steady phase is split into")->capture_default_str();
+  app.add_option("--model-version", o.version_a, "through a gateway: pin --url's requests to this model version");
+  app.add_option("--compare-version", o.version_b,
+                 "comparison mode: pin the second endpoint's requests to this version (--compare-url defaults to --url)");
   app.add_option("--model", o.model, "the request's \"model\" field");
   app.add_option("--api-key", o.api_key, "Authorization: Bearer key for every request");
   app.add_option("--tier-key", tier_keys, "TIER=KEY: the key for requests of that tier (repeatable)");
@@ -160,6 +163,12 @@ int cmd_bench(int argc, char** argv) {
   if (!(o.request_timeout_s > 0) || !(o.bucket_s > 0)) return usage_error("--timeout and --bucket-s must be > 0");
   if (o.price_per_hour < 0) return usage_error("--price-per-hour must be >= 0");
   if (!(o.replay_speed > 0)) return usage_error("--replay-speed must be > 0");
+  if (!o.version_b.empty()) {  // two versions behind one gateway, labelled by version unless named
+    if (o.url_b.empty()) o.url_b = o.url;
+    if (o.label_a == "A" && !o.version_a.empty()) o.label_a = o.version_a;
+    if (o.label_b == "B") o.label_b = o.version_b;
+    if (o.version_a == o.version_b) return usage_error("--compare-version must differ from --model-version");
+  }
   if (!o.url_b.empty() && o.compare_rounds < 1) return usage_error("--compare-rounds must be >= 1");
 
   Result<bench::Workload> wl = bench::Workload::synthetic({}, o.seed);

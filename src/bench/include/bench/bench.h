@@ -26,6 +26,10 @@ struct Options {
   std::string url = "http://127.0.0.1:8080";  // base URL; /v1/... is appended
   std::string url_b;                           // comparison mode: the second endpoint
   std::string label_a = "A", label_b = "B";
+  // Through a gateway: the model version each endpoint's requests are pinned to
+  // (x-tierserve-model-version; "" = the gateway's split). Comparison mode may compare two
+  // versions behind one URL.
+  std::string version_a, version_b;
   std::string model;                           // "model" field of each request
   std::string api_key;                         // default Authorization: Bearer key
   std::map<std::string, std::string> tier_keys;  // tier -> key

@@ -40,6 +40,7 @@ class Releases {
 
   const std::vector<Unit>& units() const { return units_; }
   int unit_of_worker(int worker) const { return worker_unit_[size_t(worker)]; }
+  int unit_of(int model, const std::string& version) const;  // -1: no such version
   // The unit for a request to model `model`: by `sticky_id` (a stable hash of it picks the
   // same version while the weights stay) when not empty, else at random.
   int pick(int model, const std::string& sticky_id);
