@@ -153,7 +153,7 @@ bool Fleet::try_place(Queued& q, int tier, Actions& out) {
       // The cap holds while another tier that uses this pool waits; a promoted ticket's
       // wait is over and it goes past it.
       if (!q.promoted && ft.share_max < 1 && tier_inflight(tier, p, model) >= int32_t(std::ceil(ft.share_max * cap)) &&
-          pool_has_owner_demand(p, tier, model))
+          (ft.hard_cap || pool_has_owner_demand(p, tier, model)))
         continue;
       if (const int w = pick(q, tier, p, model, false); w >= 0) return placed(w, p, fallback, false, model_fallback);
     }

@@ -263,5 +263,41 @@ TEST_F(FleetTest, QueueLimitAndCancelAndALedgerOfOneOutcomeEach) {
   EXPECT_EQ(f->n_queued(), 0);
 }
 
+// Shadow traffic's tier: below every paying one, within a hard cap of the slots even when
+// nobody else waits (the rest stay free for paying requests), never promoted, and dropped
+// at its max wait; a paying arrival is placed before a waiting shadow.
+TEST_F(FleetTest, ShadowTierStaysWithinItsCapAndIsDroppedFirst) {
+  std::vector<FleetTier> ts = tiers();
+  FleetTier shadow{"shadow", {kShared}, {}, 0, 0.25, 100 * kMs, OnTimeout::kReject, -1, 4};
+  shadow.hard_cap = true;
+  ts.push_back(shadow);
+  constexpr int kShadow = 3;
+  make({{"s0", kShared, 0, true, 4}, {"s1", kShared, 0, true, 4}}, 1, ts);  // 8 slots
+  for (int c = 0; c < 4; ++c) submit(100 + c, kShadow);
+  EXPECT_EQ(led.started.size(), 2u) << "a quarter of 8 slots, with nobody else waiting";
+  // The queue bound (4 waiting): the next one is refused at once.
+  submit(104, kShadow);
+  submit(105, kShadow);
+  const Fleet::Submitted over = f->submit(led.make(106, kShadow));
+  EXPECT_FALSE(over.accepted);
+  EXPECT_EQ(over.why, Refusal::kQueueFull);
+  // Paying requests take the 6 free slots, before the waiting shadows.
+  for (int c = 0; c < 6; ++c) submit(c, kStd);
+  for (int c = 0; c < 6; ++c) EXPECT_TRUE(led.started.count(c)) << c;
+  // A slot frees: the next paying arrival, not a shadow, gets it.
+  finish(0);
+  submit(6, kStd);
+  EXPECT_TRUE(led.started.count(6));
+  EXPECT_FALSE(led.started.count(102));
+  // Past the max wait the waiting shadows are dropped (never promoted past the cap).
+  clock.advance_ns(150 * kMs);
+  f->tick();
+  for (int c = 102; c < 106; ++c) {
+    ASSERT_TRUE(led.refused.count(c)) << c;
+    EXPECT_EQ(led.refused[c], Refusal::kQueueTimeout);
+  }
+  EXPECT_EQ(led.started.size(), 2u + 7u);
+}
+
 }  // namespace
 }  // namespace ts::gateway

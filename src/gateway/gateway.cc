@@ -326,6 +326,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     for (const WorkerConfig& w : cfg.workers)
       if (int id = pool_id(w.pool); std::find(st.pools.begin(), st.pools.end(), id) == st.pools.end()) st.pools.push_back(id);
     st.share_max = cfg.shadow.share_max;
+    st.hard_cap = true;  // the slots it leaves stay free for paying requests
     st.max_wait_ns = cfg.shadow.max_wait_ms * 1000000;
     st.on_timeout = OnTimeout::kReject;
     st.max_queued = cfg.shadow.max_queued;

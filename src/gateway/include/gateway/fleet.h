@@ -93,6 +93,7 @@ struct FleetTier {
   OnTimeout on_timeout = OnTimeout::kReject;
   int downgrade_to = -1;
   int32_t max_queued = 4096;
+  bool hard_cap = false;           // share_max holds even while nobody else waits (shadow traffic)
 };
 
 class Fleet {
