@@ -1,4 +1,4 @@
-// Black-box tests of `tierserve make-model` (src/tools/make_model.cc): the same arguments
+// Black-box tests of `tierserve make-model` (src/models/make_model.cc): the same arguments
 // give the same bytes, the files carry what llama.cpp needs, the type mixes are llama.cpp's,
 // every architecture x type loads in our engine, and the generated vocabularies tokenize
 // exactly as llama.cpp tokenizes them (tests/data/golden/oracle/vocab-*.json, written by

@@ -226,8 +226,9 @@ class ShadowAndReview(unittest.TestCase):
             c.eval("document.getElementById('reviewer').value = 'ann'; document.getElementById('start').click(); true")
             order = ["a", "b", "tie", "a"]
             for i in range(self.N):
-                c.wait("!document.getElementById('pair').hidden && document.getElementById('answer-a').textContent.length > 0"
-                       f" && (document.body.dataset.judged || '0') === '{i}'")
+                # The page marks each pair it shows with the count judged before it (an
+                # answer may be empty text).
+                c.wait(f"!document.getElementById('pair').hidden && document.body.dataset.showing === '{i}'")
                 seen_a.append(c.eval("document.getElementById('answer-a').textContent"))
                 choice = order[i % len(order)]
                 c.eval(f"document.getElementById('pick-{choice}').click(); true")

@@ -333,10 +333,13 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     g->shadow_tier_ = int(tiers.size());
     tiers.push_back(std::move(st));
     Gateway* raw = g.get();
-    g->pair_writer_ = std::make_unique<PairWriter>(cfg.shadow.db, cfg.shadow.max_rows, [raw](const std::string& kind, const std::string& msg) {
-      raw->registry_->counter(kShadow, {"", "db_error"})->inc();
-      log_record(LogLevel::kWarn, "shadow pairs: " + kind, {{"error", msg}});
-    });
+    g->pair_writer_ = std::make_unique<PairWriter>(
+        cfg.shadow.db, cfg.shadow.max_rows,
+        [raw](const std::string& kind, const std::string& msg) {
+          raw->registry_->counter(kShadow, {"", "db_error"})->inc();
+          log_record(LogLevel::kWarn, "shadow pairs: " + kind, {{"error", msg}});
+        },
+        [raw](const PairRow& r) { raw->registry_->counter(kShadow, {r.model, "recorded"})->inc(); });
   }
   std::vector<FleetWorker> workers;
   for (const WorkerConfig& w : cfg.workers) {
@@ -1404,11 +1407,7 @@ void Gateway::finish_pair(const std::shared_ptr<ShadowPair>& pair) {
     row = std::move(pair->row);
   }
   const std::string model = row.model;
-  if (!pair_writer_->push(std::move(row))) {
-    registry_->counter(kShadow, {model, "dropped"})->inc();
-    return;
-  }
-  registry_->counter(kShadow, {model, "recorded"})->inc();
+  if (!pair_writer_->push(std::move(row))) registry_->counter(kShadow, {model, "dropped"})->inc();
 }
 
 // /admin/models/{name}[/weights|/rollback|/stable|/events]: the model's versions and

@@ -82,7 +82,7 @@ Result<std::unique_ptr<PairDb>> PairDb::open(const std::string& path) {
   std::unique_ptr<PairDb> p(new PairDb(db));
   sqlite3_busy_timeout(db, 200);
   // A file that is not a database fails here, on its first read.
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA foreign_keys=ON;", kSchema})
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", "PRAGMA foreign_keys=ON;", kSchema})
     if (Status st = p->exec(sql); !st.is_ok()) return Status(st.code(), path + ": " + st.message());
   return p;
 }
@@ -237,8 +237,10 @@ Result<json> PairDb::report() {
   return json{{"pairs", count_pairs()}, {"comparisons", out}};
 }
 
-PairWriter::PairWriter(std::string path, int64_t max_rows, std::function<void(const std::string&, const std::string&)> on_error)
-    : path_(std::move(path)), max_rows_(max_rows), on_error_(std::move(on_error)), t_([this] { run(); }) {}
+PairWriter::PairWriter(std::string path, int64_t max_rows, std::function<void(const std::string&, const std::string&)> on_error,
+                       std::function<void(const PairRow&)> on_written)
+    : path_(std::move(path)), max_rows_(max_rows), on_error_(std::move(on_error)), on_written_(std::move(on_written)),
+      t_([this] { run(); }) {}
 
 PairWriter::~PairWriter() {
   {
@@ -294,6 +296,8 @@ void PairWriter::run() {
     if (Status st = db->insert(r, max_rows_); !st.is_ok()) {
       on_error_(st.code() == StatusCode::kUnavailable ? "locked" : "write", st.message());
       if (st.code() != StatusCode::kUnavailable) db.reset();  // reopen on the next pair
+    } else if (on_written_) {
+      on_written_(r);
     }
   }
 }

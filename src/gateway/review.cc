@@ -43,7 +43,7 @@ async function next() {
   if (j.done) { token = null; $('pair').hidden = true; say('done: ' + judged + ' judged, nothing left'); document.body.dataset.done = '1'; return; }
   token = j.token;
   $('prompt').textContent = j.prompt; $('answer-a').textContent = j.a; $('answer-b').textContent = j.b;
-  $('pair').hidden = false; say(judged + ' judged');
+  $('pair').hidden = false; say(judged + ' judged'); document.body.dataset.showing = String(judged);
 }
 async function pick(choice) {
   if (!token) return;

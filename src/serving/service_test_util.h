@@ -17,7 +17,7 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "gguf/gguf.h"
-#include "make_model.h"
+#include "models/make_model.h"
 #include "models/register.h"
 #include "serving/service.h"
 #include "tokenizer/chat.h"
@@ -66,12 +66,12 @@ inline LoadedModel& random_llama() {
     const std::string dir = std::string(TS_BINARY_DIR) + "/service_test";
     std::filesystem::create_directories(dir);
     const std::string path = dir + "/llama-tiny-q8_0.gguf";
-    tools::MakeModelOptions o;
-    o.arch = tools::Arch::kLlama;
-    o.shape = *tools::shape_from_name("tiny");
-    o.type = *tools::type_from_name("q8_0");
+    models::MakeModelOptions o;
+    o.arch = models::Arch::kLlama;
+    o.shape = *models::shape_from_name("tiny");
+    o.type = *models::type_from_name("q8_0");
     o.n_threads = 1;
-    const Status st = tools::make_model(o, path);
+    const Status st = models::make_model(o, path);
     if (!st.is_ok()) {
       ADD_FAILURE() << "make_model: " << st.to_string();
       return LoadedModel{};

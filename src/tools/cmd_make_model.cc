@@ -5,11 +5,12 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "make_model.h"
+#include "models/make_model.h"
 
 namespace ts::tools {
 
 int cmd_make_model(int argc, char** argv) {
+  using models::arch_from_name, models::shape_from_name, models::type_from_name, models::shape_names, models::type_names;
   CLI::App app{"Write a deterministic random-weight GGUF model of a real shape, with a usable vocabulary.\n"
                "Same arguments, same bytes.",
                "tierserve make-model"};
@@ -35,13 +36,13 @@ int cmd_make_model(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  MakeModelOptions opts;
+  models::MakeModelOptions opts;
   opts.arch = *arch_from_name(arch_s);
   opts.shape = *shape_from_name(shape_s);
   opts.type = *type_from_name(type_s);
   opts.seed = seed;
   opts.n_threads = n_threads;
-  const Status st = make_model(opts, out);
+  const Status st = models::make_model(opts, out);
   if (!st.is_ok()) {
     std::fprintf(stderr, "tierserve make-model: %s\n", st.to_string().c_str());
     return 1;

@@ -68,7 +68,9 @@ class PairDb {
 // through `on_error` (a counter and a log line), never to a request.
 class PairWriter {
  public:
-  PairWriter(std::string path, int64_t max_rows, std::function<void(const std::string& kind, const std::string& msg)> on_error);
+  // on_written: a pair is in the file (called on the writer's thread).
+  PairWriter(std::string path, int64_t max_rows, std::function<void(const std::string& kind, const std::string& msg)> on_error,
+             std::function<void(const PairRow&)> on_written = nullptr);
   ~PairWriter();
   // False when the queue is full (the pair is dropped).
   bool push(PairRow r);
@@ -80,6 +82,7 @@ class PairWriter {
   std::string path_;
   int64_t max_rows_;
   std::function<void(const std::string&, const std::string&)> on_error_;
+  std::function<void(const PairRow&)> on_written_;
   std::mutex mu_;
   std::condition_variable cv_, idle_;
   std::deque<PairRow> q_;  // GUARDED_BY(mu_)

@@ -20,7 +20,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 
-namespace ts::tools {
+namespace ts::models {
 
 // Bump when anything that changes the output bytes changes (weights, vocabulary, metadata),
 // so stale golden files are recognisable: it is stored as `tierserve.maker_version`.
@@ -100,4 +100,4 @@ struct MakeModelOptions {
 // kIo (the file).
 Status make_model(const MakeModelOptions& opts, const std::string& path);
 
-}  // namespace ts::tools
+}  // namespace ts::models

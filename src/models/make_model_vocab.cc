@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "make_model.h"
+#include "models/make_model.h"
 
-namespace ts::tools {
+namespace ts::models {
 namespace {
 
 // Written for this project: short plain sentences with the common words, endings and
@@ -327,4 +327,4 @@ Result<Vocab> make_bpe_vocab(int64_t n_vocab) {
   return v;
 }
 
-}  // namespace ts::tools
+}  // namespace ts::models

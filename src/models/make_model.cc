@@ -1,5 +1,5 @@
 // The model maker: shapes, type rules, weights and the GGUF layout (see make_model.h).
-#include "make_model.h"
+#include "models/make_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "gguf/gguf.h"
 #include "kernels/traits.h"
 
-namespace ts::tools {
+namespace ts::models {
 namespace {
 
 namespace nm = ts::engine::names;
@@ -330,4 +330,4 @@ Status make_model(const MakeModelOptions& opts, const std::string& path) {
   return Status::ok();
 }
 
-}  // namespace ts::tools
+}  // namespace ts::models
