@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/utf8.h"
 #include "models/make_model.h"
 
 namespace ts::models {
@@ -156,12 +157,7 @@ std::vector<std::string> byte_to_unicode_table() {
   for (int b = 0; b < 256; ++b) {
     const uint32_t c = cp[size_t(b)];
     std::string s;
-    if (c < 0x80) {
-      s.push_back(char(c));
-    } else {  // all < 0x800: two bytes
-      s.push_back(char(0xC0 | (c >> 6)));
-      s.push_back(char(0x80 | (c & 0x3F)));
-    }
+    utf8::append_cp(s, c);
     out[size_t(b)] = std::move(s);
   }
   return out;

@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "gguf/gguf.h"
+#include "core/utf8.h"
 #include "models/make_model.h"
 #include "models/register.h"
 #include "serving/service.h"
@@ -230,18 +231,7 @@ inline std::vector<int32_t> random_prompt(Rng& rng, int n, int64_t n_vocab) {
   return v;
 }
 
-inline bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = (unsigned char)s[i];
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if (((unsigned char)s[i + k] >> 6) != 2) return false;
-    i += len;
-  }
-  return true;
-}
+inline bool valid_utf8(const std::string& s) { return utf8::is_valid(s); }
 
 inline sched::TierConfig tier(const std::string& name, int32_t prio, double share_min, double share_max, bool borrow) {
   sched::TierConfig t;

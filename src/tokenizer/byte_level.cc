@@ -1,6 +1,6 @@
 #include "byte_level.h"
 
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
 namespace ts::tok::detail {
 

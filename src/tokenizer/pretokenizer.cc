@@ -6,7 +6,7 @@
 #include <array>
 #include <utility>
 
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
 namespace ts::tok::detail {
 namespace {

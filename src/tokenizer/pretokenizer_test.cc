@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "byte_level.h"
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
 namespace ts::tok::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include <queue>
 
 #include "vocab.h"
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
 namespace ts::tok::detail {
 namespace {

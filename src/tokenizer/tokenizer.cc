@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "utf8_scan.h"
+#include "core/utf8.h"
 #include "vocab.h"
 
 namespace ts::tok {

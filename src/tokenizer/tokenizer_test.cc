@@ -15,7 +15,7 @@
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
 namespace ts::tok {
 namespace {

@@ -1,6 +1,6 @@
-#include "utf8_scan.h"
+#include "core/utf8.h"
 
-namespace ts::tok::utf8 {
+namespace ts::utf8 {
 
 Step scan(const char* p, size_t n) {
   const uint8_t b0 = uint8_t(p[0]);
@@ -61,4 +61,4 @@ bool is_valid(std::string_view s) {
   return true;
 }
 
-}  // namespace ts::tok::utf8
+}  // namespace ts::utf8

@@ -1,6 +1,7 @@
 // UTF-8 scanning by the Unicode rules (Table 3-7 of the standard): well-formed sequences,
 // maximal ill-formed subparts (each replaced by one U+FFFD), and sequences cut short by the
-// end of the input. Used to split text into characters and to keep streamed output valid.
+// end of the input. The one UTF-8 decoder: the tokenizer splits text into characters and
+// keeps streamed output valid with it, the GGUF reader validates names with it.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace ts::tok::utf8 {
+namespace ts::utf8 {
 
 enum class Scan : uint8_t {
   kOk,          // a well-formed sequence of `len` bytes encoding `cp`
@@ -41,4 +42,4 @@ inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 // True when `s` is entirely well-formed UTF-8.
 bool is_valid(std::string_view s);
 
-}  // namespace ts::tok::utf8
+}  // namespace ts::utf8
