@@ -327,6 +327,10 @@ StepResult Engine::step(const StepPlan& plan) {
       invalid("n_outputs = " + std::to_string(st.n_outputs) + " outside [0, " + std::to_string(n) + "]");
       continue;
     }
+    if (st.logprobs > kMaxTopLogprobs) {
+      invalid("logprobs = " + std::to_string(st.logprobs) + " above " + std::to_string(kMaxTopLogprobs));
+      continue;
+    }
     if (st.speculative && st.n_outputs != n) {
       invalid("a speculative entry needs an output after every token (n_outputs = tokens)");
       continue;
@@ -443,6 +447,7 @@ StepResult Engine::step(const StepPlan& plan) {
       const int32_t t = s.sampler->sample(std::span<const float>(row, size_t(n_vocab_)));
       res.sampled.push_back(t);
       if (st.return_logits) res.logits.insert(res.logits.end(), row, row + n_vocab_);
+      if (st.logprobs >= 0) res.logprobs.push_back(output_logprob(std::span<const float>(row, size_t(n_vocab_)), t, st.logprobs));
       if (st.speculative && j + 1 < n) {
         ++out.n_drafted;
         if (t != st.tokens[size_t(j + 1)]) {  // the first rejected draft: stop here

@@ -43,6 +43,33 @@ Status validate(const SamplingParams& p) {
 // first index holding it (maxps keeps its second operand when the first is NaN or equal,
 // exactly when `x > m` is false), then the first index among the lanes holding the
 // largest value.
+OutputLogprob output_logprob(std::span<const float> row, int32_t token, int32_t n_top) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float l : row) mx = std::max(mx, double(l));
+  double sum = 0;
+  for (float l : row) sum += std::exp(double(l) - mx);
+  const double lse = mx + std::log(sum);
+  OutputLogprob out;
+  out.token = token;
+  out.logprob = float(double(row[size_t(token)]) - lse);
+  if (n_top > 0) {
+    // One pass keeping the best k (k <= 20) in order; on ties the lower id first.
+    const size_t k = std::min(row.size(), size_t(n_top));
+    std::vector<int32_t> best;
+    best.reserve(k + 1);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const float l = row[i];
+      if (best.size() == k && !(l > row[size_t(best.back())])) continue;
+      size_t at = best.size();
+      while (at > 0 && l > row[size_t(best[at - 1])]) --at;
+      best.insert(best.begin() + ptrdiff_t(at), int32_t(i));
+      if (best.size() > k) best.pop_back();
+    }
+    for (int32_t id : best) out.top.emplace_back(id, float(double(row[size_t(id)]) - lse));
+  }
+  return out;
+}
+
 int32_t argmax(std::span<const float> v) {
   if (v.empty()) return -1;
   const float* x = v.data();

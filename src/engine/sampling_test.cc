@@ -83,6 +83,28 @@ TEST(Sampling, ArgmaxEqualsPlainLoop) {
   EXPECT_EQ(argmax(v), 0);
 }
 
+// The engine's log-probabilities (what it returns instead of logit rows): log softmax in
+// double against a direct computation, the top-k highest first with ties by the lower id.
+TEST(Sampling, OutputLogprobIsLogSoftmaxAndTopK) {
+  const std::vector<float> row = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f};
+  double sum = 0;
+  for (float l : row) sum += std::exp(double(l));
+  const double lse = std::log(sum);
+  const OutputLogprob lp = output_logprob(row, 4, 3);
+  EXPECT_EQ(lp.token, 4);
+  EXPECT_NEAR(lp.logprob, 0.5 - lse, 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // 3.0, the lower id of the tie first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 5);
+  EXPECT_NEAR(lp.top[2].second, 2.0 - lse, 1e-6);
+  double total = 0;
+  for (size_t i = 0; i < row.size(); ++i) total += std::exp(double(output_logprob(row, int32_t(i), 0).logprob));
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  EXPECT_TRUE(output_logprob(row, 0, 0).top.empty());
+  EXPECT_EQ(output_logprob(row, 0, 50).top.size(), row.size());  // k capped by the vocabulary
+}
+
 TEST(Sampling, GreedyIsArgmax) {
   SamplingParams p;  // temperature 0
   Sampler s(p);

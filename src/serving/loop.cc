@@ -266,32 +266,12 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
 
 // --- one step ---------------------------------------------------------------------------
 
-// log softmax(logits)[token] in double, and the n most likely tokens (highest first, ties
-// by id) with theirs.
-TokenLogprob Service::Impl::token_logprob(std::span<const float> logits, int32_t token, int32_t n_top) const {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (float l : logits) mx = std::max(mx, double(l));
-  double sum = 0;
-  for (float l : logits) sum += std::exp(double(l) - mx);
-  const double lse = mx + std::log(sum);
+// The engine's log-probabilities with the tokens as text.
+TokenLogprob Service::Impl::token_logprob(const engine::OutputLogprob& lp) const {
   TokenLogprob out;
-  out.token = tok.token_to_piece(token);
-  out.logprob = float(double(logits[size_t(token)]) - lse);
-  if (n_top > 0) {
-    // One pass keeping the best k (k <= 20) in order; on ties the lower id first.
-    const size_t k = std::min(logits.size(), size_t(n_top));
-    std::vector<int32_t> best;
-    best.reserve(k + 1);
-    for (size_t i = 0; i < logits.size(); ++i) {
-      const float l = logits[i];
-      if (best.size() == k && !(l > logits[size_t(best.back())])) continue;
-      size_t at = best.size();
-      while (at > 0 && l > logits[size_t(best[at - 1])]) --at;
-      best.insert(best.begin() + ptrdiff_t(at), int32_t(i));
-      if (best.size() > k) best.pop_back();
-    }
-    for (int32_t id : best) out.top.push_back({tok.token_to_piece(id), float(double(logits[size_t(id)]) - lse)});
-  }
+  out.token = tok.token_to_piece(lp.token);
+  out.logprob = lp.logprob;
+  for (const auto& [id, l] : lp.top) out.top.push_back({tok.token_to_piece(id), l});
   return out;
 }
 
@@ -393,7 +373,7 @@ bool Service::Impl::step_once() {
     s.n_outputs = to == n_known ? 1 : 0;
     if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
       add_drafts(*r, s);
-    s.return_logits = r->req.logprobs >= 0 && s.n_outputs > 0;
+    s.logprobs = s.n_outputs > 0 ? r->req.logprobs : -1;
     sp.seqs.push_back(std::move(s));
     planned.push_back(&e);
   }
@@ -449,9 +429,7 @@ bool Service::Impl::step_once() {
           std::string text;
           for (size_t j = 0; j < sr.sampled.size(); ++j) {
             const int32_t t = sr.sampled[j];
-            if (r.req.logprobs >= 0 && sr.logits.size() >= (j + 1) * size_t(n_vocab))
-              r.pending_logprobs.push_back(token_logprob(
-                  std::span<const float>(sr.logits.data() + j * size_t(n_vocab), size_t(n_vocab)), t, r.req.logprobs));
+            if (r.req.logprobs >= 0 && j < sr.logprobs.size()) r.pending_logprobs.push_back(token_logprob(sr.logprobs[j]));
             text += r.push_token(t, &why);
             ++rr.n_sampled;
             ++r.n_undelivered;

@@ -89,7 +89,7 @@ struct Service::Impl {
   bool step_once();
   void add_drafts(RequestState& r, engine::SeqStep& s);
   void adapt_drafts(RequestState& r, int64_t drafted, int64_t accepted);
-  TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int32_t n_top) const;
+  TokenLogprob token_logprob(const engine::OutputLogprob& lp) const;
   void admit(std::vector<Pending>& in);
   void apply_cancels(const std::vector<RequestId>& ids);
   void apply_events(const sched::Plan& plan);

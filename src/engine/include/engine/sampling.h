@@ -7,6 +7,7 @@
 // ties).
 #pragma once
 
+#include "engine/step.h"
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -66,5 +67,9 @@ class Sampler {
 
 // Index of the largest value (first on ties); -1 for an empty span.
 int32_t argmax(std::span<const float> v);
+
+// log softmax(row)[token] in double, and the n_top most likely tokens (highest first, ties
+// by id) with theirs.
+OutputLogprob output_logprob(std::span<const float> row, int32_t token, int32_t n_top);
 
 }  // namespace ts::engine

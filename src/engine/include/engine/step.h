@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ts::engine {
@@ -31,8 +32,11 @@ struct SeqStep {
   // 1 to sample the next token, k > 1 to verify k-1 speculative tokens (a sampled token
   // after each of them). At most tokens.size().
   int32_t n_outputs = 1;
-  // Also return the logits of the output rows (speculative verification, logprobs).
+  // Also return the logits of the output rows (n_outputs x n_vocab floats: tests and tools).
   bool return_logits = false;
+  // >= 0: each sampled token's log-probability and the `logprobs` most likely tokens with
+  // theirs (at most kMaxTopLogprobs), computed here from the row; no row leaves the engine.
+  int32_t logprobs = -1;
   // Speculative verification: tokens = [the last sampled token, draft_1, ..., draft_k]
   // with n_outputs = tokens.size(). Row j's sample is drawn only while every draft before
   // it matched: sampled = s_0 .. s_i where s_j == draft_{j+1} for j < i and s_i is the
@@ -63,6 +67,16 @@ enum class SeqOutcome : uint8_t {
 
 const char* seq_outcome_name(SeqOutcome o);
 
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// log softmax of an output row: the sampled token's, and the most likely tokens' (highest
+// first, the lower id first on ties).
+struct OutputLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (token id, log-probability)
+};
+
 struct SeqResult {
   SeqId seq = 0;
   SeqOutcome outcome = SeqOutcome::kOk;
@@ -71,6 +85,7 @@ struct SeqResult {
   int32_t n_blocks = 0;          // KV blocks the sequence holds after the step
   std::vector<int32_t> sampled;  // one per output row, in position order
   std::vector<float> logits;     // n_outputs x n_vocab when return_logits
+  std::vector<OutputLogprob> logprobs;  // one per sampled token when SeqStep::logprobs >= 0
 };
 
 struct StepStats {
