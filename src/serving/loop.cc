@@ -318,19 +318,10 @@ void Service::Impl::add_drafts(RequestState& r, engine::SeqStep& s) {
   s.speculative = true;
 }
 
-bool Service::Impl::step_once() {
-  const int64_t now = clock->now_ns();
-  sched::Plan plan = sched->schedule(now);
-  for (RequestId id : plan.preempt)
-    if (engine->contains(id)) (void)engine->preempt(id);
-  apply_events(plan);
-  metrics.priority_inversions(plan.n_priority_inversions);
-
-  // Translate: the scheduler planned counts; the tokens are ours.
-  engine::StepPlan sp;
-  double step_pairs = 0;  // attention pairs of the step (for the cost model)
-  std::vector<const sched::PlanEntry*> planned;
-  sched::StepUpdate up;
+// Translate: the scheduler planned counts; the tokens are ours. Entries that cannot run
+// (a request gone, an engine refusal, nothing left) are answered kInvalid in `up` at once.
+Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sched::StepUpdate& up) {
+  Translated t;
   for (const sched::PlanEntry& e : plan.entries) {
     RequestState* r = find(e.id);
     std::string error;
@@ -369,17 +360,126 @@ bool Service::Impl::step_once() {
     engine::SeqStep s;
     s.seq = e.id;
     s.tokens.assign(r->known.begin() + from, r->known.begin() + to);
-    step_pairs += sched::StepCost::pairs(to - from, from);
+    t.step_pairs += sched::StepCost::pairs(to - from, from);
     s.n_outputs = to == n_known ? 1 : 0;
     if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
       add_drafts(*r, s);
     s.logprobs = s.n_outputs > 0 ? r->req.logprobs : -1;
-    sp.seqs.push_back(std::move(s));
-    planned.push_back(&e);
+    t.sp.seqs.push_back(std::move(s));
+    t.planned.push_back(&e);
   }
 
+  t.sp.interruptible = plan.interruptible;
+  return t;
+}
+
+// Apply: one entry's engine result to its request (tokens out, the end, a refusal) and
+// to the scheduler's update.
+void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqStep& ss, const engine::SeqResult& sr, int64_t now,
+                                 int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up) {
+  RequestState& r = *find(e.id);
+  sched::RequestResult rr;
+  rr.id = e.id;
+  rr.n_computed = sr.n_computed;
+  rr.n_blocks = sr.n_blocks;
+  switch (sr.outcome) {
+    case engine::SeqOutcome::kOk: {
+      const int label = label_of(r.tier_served);
+      tokens_by_label[size_t(label)] += int64_t(ss.tokens.size());
+      r.n_computed = sr.n_computed;
+      if (!r.computed_once) {
+        r.computed_once = true;
+        r.first_step_ns = now;
+        metrics.prefix_cache(int64_t(r.req.prompt.size()), r.n_cached_prompt);
+        if (const auto info = sched->info(e.id); info && sched->tier(info->tier_served).config().interrupt) {
+          r.steps_behind = info->steps_behind;
+          r.steps_behind_late = info->steps_behind_after_max_wait;
+        }
+        metrics.queue_time(label, now - r.arrival_ns);
+        metrics.tokens_in(label, int64_t(r.req.prompt.size()));
+      }
+      if (sr.sampled.empty()) break;
+      // One sampled token, or several after speculative verification (accepted
+      // drafts plus the token after them): all go out in one delta.
+      EndKind why = EndKind::kNone;
+      std::string text;
+      for (size_t j = 0; j < sr.sampled.size(); ++j) {
+        const int32_t t = sr.sampled[j];
+        if (r.req.logprobs >= 0 && j < sr.logprobs.size()) r.pending_logprobs.push_back(token_logprob(sr.logprobs[j]));
+        text += r.push_token(t, &why);
+        ++rr.n_sampled;
+        ++r.n_undelivered;
+        if (why != EndKind::kNone) break;
+      }
+      metrics.tokens_out(label, rr.n_sampled);
+      if (ss.speculative) {
+        const int64_t drafted = int64_t(ss.tokens.size()) - 1, accepted = int64_t(sr.sampled.size()) - 1;
+        adapt_drafts(r, drafted, accepted);
+        metrics.speculative(label, drafted, accepted);
+        std::lock_guard<std::mutex> lk(mu);
+        n_drafted += drafted;
+        n_draft_accepted += accepted;
+      }
+      if (r.first_token_ns < 0) {
+        r.first_token_ns = t_done;
+        metrics.ttft(label, t_done - r.arrival_ns);
+      }
+      if (!text.empty()) {
+        Update u;
+        u.kind = Update::Kind::kDelta;
+        u.id = e.id;
+        u.text = std::move(text);
+        u.n_tokens = r.n_undelivered;
+        u.logprobs = std::move(r.pending_logprobs);
+        r.pending_logprobs.clear();
+        r.n_undelivered = 0;
+        deliver(r, u);
+      }
+      if (why != EndKind::kNone) {
+        rr.finished = true;
+        end_done(r, why);  // r is gone after this
+      }
+      break;
+    }
+    case engine::SeqOutcome::kNoRoom:
+      rr.outcome = sched::StepOutcome::kNoRoom;
+      // A start or resume that did not run must not keep the prefix blocks it
+      // attached: the scheduler counts it as holding none.
+      if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
+        (void)engine->preempt(e.id);
+        r.n_computed = 0;
+      }
+      break;
+    case engine::SeqOutcome::kInterrupted:
+      // Nothing happened; as for kNoRoom, a start or resume gives back its prefix.
+      rr.outcome = sched::StepOutcome::kInterrupted;
+      if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
+        (void)engine->preempt(e.id);
+        r.n_computed = 0;
+      }
+      break;
+    case engine::SeqOutcome::kInvalid:
+      rr.outcome = sched::StepOutcome::kInvalid;
+      end_failed(e.id, Outcome::kError, "engine_error", sr.error);
+      break;
+  }
+  up.requests.push_back(rr);
+}
+
+bool Service::Impl::step_once() {
+  const int64_t now = clock->now_ns();
+  sched::Plan plan = sched->schedule(now);
+  for (RequestId id : plan.preempt)
+    if (engine->contains(id)) (void)engine->preempt(id);
+  apply_events(plan);
+  metrics.priority_inversions(plan.n_priority_inversions);
+
+  sched::StepUpdate up;
+  Translated tr = translate(plan, up);
+  engine::StepPlan& sp = tr.sp;
+  const std::vector<const sched::PlanEntry*>& planned = tr.planned;
+  const double step_pairs = tr.step_pairs;
   std::vector<int64_t> tokens_by_label(tier_names.size(), 0);
-  sp.interruptible = plan.interruptible;
   if (!sp.seqs.empty()) {
     const engine::StepResult res = engine->step(sp);
     if (res.stats.interrupted) {
@@ -398,97 +498,8 @@ bool Service::Impl::step_once() {
       ++n_forced_exclusive;
     }
     const int64_t t_done = clock->now_ns();
-    for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i) {
-      const engine::SeqResult& sr = res.seqs[i];
-      const sched::PlanEntry& e = *planned[i];
-      RequestState& r = *find(e.id);
-      sched::RequestResult rr;
-      rr.id = e.id;
-      rr.n_computed = sr.n_computed;
-      rr.n_blocks = sr.n_blocks;
-      switch (sr.outcome) {
-        case engine::SeqOutcome::kOk: {
-          const int label = label_of(r.tier_served);
-          tokens_by_label[size_t(label)] += int64_t(sp.seqs[i].tokens.size());
-          r.n_computed = sr.n_computed;
-          if (!r.computed_once) {
-            r.computed_once = true;
-            r.first_step_ns = now;
-            metrics.prefix_cache(int64_t(r.req.prompt.size()), r.n_cached_prompt);
-            if (const auto info = sched->info(e.id); info && sched->tier(info->tier_served).config().interrupt) {
-              r.steps_behind = info->steps_behind;
-              r.steps_behind_late = info->steps_behind_after_max_wait;
-            }
-            metrics.queue_time(label, now - r.arrival_ns);
-            metrics.tokens_in(label, int64_t(r.req.prompt.size()));
-          }
-          if (sr.sampled.empty()) break;
-          // One sampled token, or several after speculative verification (accepted
-          // drafts plus the token after them): all go out in one delta.
-          EndKind why = EndKind::kNone;
-          std::string text;
-          for (size_t j = 0; j < sr.sampled.size(); ++j) {
-            const int32_t t = sr.sampled[j];
-            if (r.req.logprobs >= 0 && j < sr.logprobs.size()) r.pending_logprobs.push_back(token_logprob(sr.logprobs[j]));
-            text += r.push_token(t, &why);
-            ++rr.n_sampled;
-            ++r.n_undelivered;
-            if (why != EndKind::kNone) break;
-          }
-          metrics.tokens_out(label, rr.n_sampled);
-          if (sp.seqs[i].speculative) {
-            const int64_t drafted = int64_t(sp.seqs[i].tokens.size()) - 1, accepted = int64_t(sr.sampled.size()) - 1;
-            adapt_drafts(r, drafted, accepted);
-            metrics.speculative(label, drafted, accepted);
-            std::lock_guard<std::mutex> lk(mu);
-            n_drafted += drafted;
-            n_draft_accepted += accepted;
-          }
-          if (r.first_token_ns < 0) {
-            r.first_token_ns = t_done;
-            metrics.ttft(label, t_done - r.arrival_ns);
-          }
-          if (!text.empty()) {
-            Update u;
-            u.kind = Update::Kind::kDelta;
-            u.id = e.id;
-            u.text = std::move(text);
-            u.n_tokens = r.n_undelivered;
-            u.logprobs = std::move(r.pending_logprobs);
-            r.pending_logprobs.clear();
-            r.n_undelivered = 0;
-            deliver(r, u);
-          }
-          if (why != EndKind::kNone) {
-            rr.finished = true;
-            end_done(r, why);  // r is gone after this
-          }
-          break;
-        }
-        case engine::SeqOutcome::kNoRoom:
-          rr.outcome = sched::StepOutcome::kNoRoom;
-          // A start or resume that did not run must not keep the prefix blocks it
-          // attached: the scheduler counts it as holding none.
-          if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
-            (void)engine->preempt(e.id);
-            r.n_computed = 0;
-          }
-          break;
-        case engine::SeqOutcome::kInterrupted:
-          // Nothing happened; as for kNoRoom, a start or resume gives back its prefix.
-          rr.outcome = sched::StepOutcome::kInterrupted;
-          if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
-            (void)engine->preempt(e.id);
-            r.n_computed = 0;
-          }
-          break;
-        case engine::SeqOutcome::kInvalid:
-          rr.outcome = sched::StepOutcome::kInvalid;
-          end_failed(e.id, Outcome::kError, "engine_error", sr.error);
-          break;
-      }
-      up.requests.push_back(rr);
-    }
+    for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i)
+      apply_result(*planned[i], sp.seqs[i], res.seqs[i], now, t_done, tokens_by_label, up);
     up.kv_blocks_total = res.stats.kv_blocks_total;
     up.kv_blocks_available = res.stats.kv_blocks_free + res.stats.kv_blocks_cached;
   } else {

@@ -87,6 +87,14 @@ struct Service::Impl {
   void run();
   // One plan -> step -> update; false when nothing could be computed.
   bool step_once();
+  struct Translated {
+    engine::StepPlan sp;
+    std::vector<const sched::PlanEntry*> planned;  // the entry of each sp.seqs[i]
+    double step_pairs = 0;                         // attention pairs (for the cost model)
+  };
+  Translated translate(const sched::Plan& plan, sched::StepUpdate& up);
+  void apply_result(const sched::PlanEntry& e, const engine::SeqStep& ss, const engine::SeqResult& sr, int64_t now,
+                    int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up);
   void add_drafts(RequestState& r, engine::SeqStep& s);
   void adapt_drafts(RequestState& r, int64_t drafted, int64_t accepted);
   TokenLogprob token_logprob(const engine::OutputLogprob& lp) const;
