@@ -17,12 +17,13 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import unittest
 import urllib.request
+
+from procs import Proc, http
 
 try:
     import promql_parser
@@ -32,36 +33,6 @@ except ImportError as e:  # pragma: no cover
 
 ARGS = None
 SCRAPES = {}   # "worker" / "gateway" -> {family: {"type": str, "labels": set, "samples": int}}
-
-
-def start(name, argv):
-    os.makedirs(ARGS.work, exist_ok=True)
-    port_file = os.path.join(ARGS.work, name + ".port")
-    if os.path.exists(port_file):
-        os.unlink(port_file)
-    err = open(os.path.join(ARGS.work, name + ".stderr"), "w")
-    proc = subprocess.Popen([ARGS.bin, *argv, "--port", "0", "--port-file", port_file], stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if os.path.exists(port_file):
-            text = open(port_file).read()
-            if text.endswith("\n"):
-                return proc, int(text), err
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}: {open(err.name).read()}")
-        time.sleep(0.02)
-    raise RuntimeError(f"{name} did not start")
-
-
-def http(port, method, path, body=None, key=None):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def parse_scrape(text):
@@ -216,7 +187,8 @@ def main():
     wcfg = os.path.join(ARGS.work, "worker.yaml")
     with open(wcfg, "w") as f:  # the gateway's key on the worker has no fast tier: the worker degrades it
         f.write(f"keys:\n  - {{name: gw, sha256: {hash_key('sk-worker')}, tiers: [standard, batch]}}\n")
-    worker, wport, werr = start("worker", ["serve", "-c", wcfg, "-m", ARGS.model, "-t", "1", "--served-model-name", "m"])
+    worker = Proc(ARGS.bin, ["serve", "-c", wcfg, "-m", ARGS.model, "-t", "1", "--served-model-name", "m"], ARGS.work, "worker")
+    wport = worker.port
     gateway = None
     try:
         gcfg = os.path.join(ARGS.work, "gateway.yaml")
@@ -226,27 +198,27 @@ def main():
                     "cache: {max_bytes: 1000000}\n"
                     f"keys:\n  - {{name: all, sha256: {hash_key('sk-all')}}}\n"
                     f"  - {{name: slow, sha256: {hash_key('sk-slow')}, tiers: [standard, batch]}}\n")
-        gateway, gport, gerr = start("gateway", ["gateway", "-c", gcfg, "--work-dir", os.path.join(ARGS.work, "gw.d")])
+        gateway = Proc(ARGS.bin, ["gateway", "-c", gcfg, "--work-dir", os.path.join(ARGS.work, "gw.d")], ARGS.work, "gateway")
+        gport = gateway.port
         deadline = time.time() + 30
         while http(gport, "GET", "/health/ready")[0] != 200 and time.time() < deadline:
             time.sleep(0.05)
         body = {"model": "auto", "prompt": "Once upon", "max_tokens": 4, "temperature": 0}
         for _ in range(2):  # a miss, then a hit
-            s, t = http(gport, "POST", "/v1/completions", body, "sk-all")
+            s, _, t = http(gport, "POST", "/v1/completions", body, key="sk-all")
             assert s == 200, t
-        s, t = http(gport, "POST", "/v1/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "service_tier": "priority"}, "sk-all")
+        s, _, t = http(gport, "POST", "/v1/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "service_tier": "priority"}, key="sk-all")
         assert s == 200, t  # degraded by the worker (its key)
-        s, t = http(gport, "POST", "/v1/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True, "service_tier": "priority"}, "sk-slow")
+        s, _, t = http(gport, "POST", "/v1/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True, "service_tier": "priority"}, key="sk-slow")
         assert s == 200, t  # degraded by the gateway (this key)
-        SCRAPES["worker"] = parse_scrape(http(wport, "GET", "/metrics", key="sk-worker")[1])
-        SCRAPES["gateway"] = parse_scrape(http(gport, "GET", "/metrics", key="sk-all")[1])
+        SCRAPES["worker"] = parse_scrape(http(wport, "GET", "/metrics", key="sk-worker")[2])
+        SCRAPES["gateway"] = parse_scrape(http(gport, "GET", "/metrics", key="sk-all")[2])
         prog = unittest.main(argv=[sys.argv[0], *rest], verbosity=2, exit=False)
         ok = prog.result.wasSuccessful()
     finally:
         for p in (gateway, worker):
             if p is not None:
-                p.send_signal(signal.SIGTERM)
-                p.wait(timeout=30)
+                p.stop()
     sys.exit(0 if ok else 1)
 
 

@@ -28,14 +28,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import unittest
-import urllib.request
 
 import yaml
+
+from procs import Proc, http
 
 try:
     import jsonschema
@@ -133,41 +132,6 @@ def run_bin(args, env=None, timeout=60):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([ARGS.bin, *args], capture_output=True, text=True, timeout=timeout, env=e)
-
-
-class Worker:
-    """A real `tierserve serve` on port 0 with the tiny model, for its /metrics."""
-
-    def __init__(self):
-        os.makedirs(ARGS.work, exist_ok=True)
-        self.port_file = os.path.join(ARGS.work, "worker.port")
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self.err = open(os.path.join(ARGS.work, "worker.stderr"), "w")
-        self.proc = subprocess.Popen([ARGS.bin, "serve", "-c", os.path.join(ARGS.root, "config", "tierserve.yaml"),
-                                      "-m", ARGS.model, "-t", "1", "--port", "0", "--port-file", self.port_file],
-                                     stdout=subprocess.DEVNULL, stderr=self.err)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if os.path.exists(self.port_file):
-                text = open(self.port_file).read()
-                if text.endswith("\n"):
-                    self.port = int(text)
-                    return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tierserve serve exited with {self.proc.returncode}")
-            time.sleep(0.02)
-        raise RuntimeError("tierserve serve did not start")
-
-    def get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
-            return r.read().decode()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=30)
-        self.err.close()
-        return rc
 
 
 class Manifests(unittest.TestCase):
@@ -318,9 +282,11 @@ class Manifests(unittest.TestCase):
         # The metric names the picker is given are a real worker's.
         epp = named(docs, "Deployment", "tierserve-epp")
         flags = dict(a.split("=", 1) for a in epp["spec"]["template"]["spec"]["containers"][0]["args"] if "=" in a)
-        w = Worker()
+        w = Proc(ARGS.bin, ["serve", "-c", os.path.join(ARGS.root, "config", "tierserve.yaml"), "-m", ARGS.model, "-t", "1"],
+                 ARGS.work, "worker")
         try:
-            text = w.get("/metrics")
+            status, _, text = http(w.port, "GET", "/metrics")
+            self.assertEqual(status, 200)
         finally:
             self.assertEqual(w.stop(), 0)
         present = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}

@@ -19,9 +19,7 @@ Exits 77 without chromium unless TIERSERVE_REQUIRE_CHROMIUM=1.
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -31,39 +29,16 @@ import urllib.request
 
 import websocket
 
+from procs import Proc, http
+
 ARGS = None
 PROCS = []
 
 
-def start(name, argv, ready_file=None):
-    os.makedirs(ARGS.work, exist_ok=True)
-    port_file = ready_file or os.path.join(ARGS.work, name + ".port")
-    if os.path.exists(port_file):
-        os.unlink(port_file)
-    err = open(os.path.join(ARGS.work, name + ".stderr"), "w")
-    proc = subprocess.Popen([ARGS.bin, *argv, "--port", "0", "--port-file", port_file], stdout=subprocess.DEVNULL, stderr=err)
-    PROCS.append(proc)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if os.path.exists(port_file):
-            text = open(port_file).read()
-            if text.endswith("\n"):
-                return proc, int(text)
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}: {open(err.name).read()}")
-        time.sleep(0.02)
-    raise RuntimeError(f"{name} did not start")
-
-
-def http(port, method, path, body=None, raw=None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=data,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
+def start(name, argv):
+    p = Proc(ARGS.bin, argv, ARGS.work, name)
+    PROCS.append(p)
+    return p, p.port
 
 
 def metric(port, name):
@@ -284,12 +259,7 @@ def main():
         ok = prog.result.wasSuccessful()
     finally:
         for p in PROCS:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            p.stop()
     sys.exit(0 if ok else 1)
 
 

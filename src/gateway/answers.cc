@@ -21,13 +21,6 @@
 
 namespace ts::gateway {
 
-using nlohmann::json;
-using server::ApiError;
-using server::HttpRequest;
-using server::HttpResponse;
-using server::Responder;
-using namespace internal;
-
 // The cache's key for a deterministic request ("" for any other): the scope (the API key's
 // hash, unless the cache is shared), the model that will serve it, the endpoint, and the
 // request without what does not change the answer (stream, stream_options, service_tier,

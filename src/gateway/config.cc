@@ -183,17 +183,7 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
     c.tier_aliases.clear();
     for (const auto& kv : a) c.tier_aliases[kv.first.as<std::string>()] = get_str(kv.second, "tier_aliases." + kv.first.as<std::string>());
   }
-  if (const YAML::Node a = root["request_priorities"]) {
-    if (!a.IsMap()) fail("request_priorities", "expected a mapping of tier: lowest priority");
-    c.request_priorities.clear();
-    for (const auto& kv : a) {
-      const std::string k = kv.first.as<std::string>();
-      c.request_priorities[k] = int32_t(get_int(kv.second, "request_priorities." + k, INT32_MIN, INT32_MAX));
-    }
-  } else {
-    for (auto it = c.request_priorities.begin(); it != c.request_priorities.end();)
-      it = c.tier_index(it->first) >= 0 ? std::next(it) : c.request_priorities.erase(it);
-  }
+  parse_request_priorities(root, c.request_priorities, [&](const std::string& t) { return c.tier_index(t) >= 0; });
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
   if (root["router"]) parse_router(root["router"], c.router);
   if (const YAML::Node m = root["models"]) {

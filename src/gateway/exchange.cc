@@ -21,13 +21,6 @@
 
 namespace ts::gateway {
 
-using nlohmann::json;
-using server::ApiError;
-using server::HttpRequest;
-using server::HttpResponse;
-using server::Responder;
-using namespace internal;
-
 namespace internal {
 
 // The text of a whole completion body ("" when it has none).

@@ -21,13 +21,6 @@
 
 namespace ts::gateway {
 
-using nlohmann::json;
-using server::ApiError;
-using server::HttpRequest;
-using server::HttpResponse;
-using server::Responder;
-using namespace internal;
-
 // ---------------------------------------------------------------------------------------
 // Metrics
 
@@ -126,6 +119,7 @@ Result<std::unique_ptr<Gateway>> Gateway::create(const GatewayConfig& cfg, std::
     g->replica_id_ = id;
   }
   g->models_ = cfg.models();
+  for (const TierConfig& t : cfg.tiers) g->tier_names_.push_back(t.name);
   g->releases_ = std::make_unique<Releases>(cfg, g->models_, clock);
   // Pools: those the tiers name, then any other a worker is in.
   std::vector<std::string> pools;
@@ -368,9 +362,7 @@ int64_t Gateway::prompt_tokens(std::string_view text, bool* estimated) const {
 }
 
 std::optional<std::string> Gateway::resolve_tier(const std::string& asked) const {
-  std::vector<std::string> names;
-  for (const auto& t : cfg_.tiers) names.push_back(t.name);
-  return server::resolve_service_tier(asked, names, cfg_.tier_aliases);
+  return server::resolve_service_tier(asked, tier_names_, cfg_.tier_aliases);
 }
 
 int Gateway::tier_priority(const std::string& tier) const { return cfg_.tier_index(tier); }

@@ -116,4 +116,13 @@ std::string prompt_text(const nlohmann::json& body, bool chat);
 server::ApiError refusal_error(Refusal r, const std::string& message);
 
 }  // namespace internal
+
+// The names the three files use unqualified.
+using nlohmann::json;
+using server::ApiError;
+using server::HttpRequest;
+using server::HttpResponse;
+using server::Responder;
+using namespace internal;
+
 }  // namespace ts::gateway

@@ -226,20 +226,9 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
       it = configured ? std::next(it) : c.tier_aliases.erase(it);
     }
   }
-  if (const YAML::Node a = root["request_priorities"]) {
-    if (!a.IsMap()) fail("request_priorities", "expected a mapping of tier: lowest priority");
-    c.request_priorities.clear();
-    for (const auto& kv : a) {
-      const std::string k = kv.first.as<std::string>();
-      c.request_priorities[k] = int32_t(get_int(kv.second, "request_priorities." + k, INT32_MIN, INT32_MAX));
-    }
-  } else {
-    for (auto it = c.request_priorities.begin(); it != c.request_priorities.end();) {
-      const bool configured = std::any_of(c.sched.tiers.begin(), c.sched.tiers.end(),
-                                          [&](const sched::TierConfig& t) { return t.name == it->first; });
-      it = configured ? std::next(it) : c.request_priorities.erase(it);
-    }
-  }
+  parse_request_priorities(root, c.request_priorities, [&](const std::string& name) {
+    return std::any_of(c.sched.tiers.begin(), c.sched.tiers.end(), [&](const sched::TierConfig& t) { return t.name == name; });
+  });
   if (root["default_tier"]) c.default_tier = get_str(root["default_tier"], "default_tier");
   if (const YAML::Node l = root["limits"]) {
     check_keys(l, "limits", {"max_header_bytes", "max_body_bytes", "max_tokens_cap", "default_max_tokens",

@@ -117,4 +117,18 @@ void parse_keys(const YAML::Node& root, std::vector<KeyConfig>& out) {
   for (size_t i = 0; i < k.size(); ++i) out.push_back(parse_key(k[i], "keys_file:keys[" + std::to_string(i) + "]"));
 }
 
+void parse_request_priorities(const YAML::Node& root, RequestPriorities& out,
+                              const std::function<bool(const std::string&)>& configured) {
+  if (const YAML::Node a = root["request_priorities"]) {
+    if (!a.IsMap()) fail("request_priorities", "expected a mapping of tier: lowest priority");
+    out.clear();
+    for (const auto& kv : a) {
+      const std::string k = kv.first.as<std::string>();
+      out[k] = int32_t(get_int(kv.second, "request_priorities." + k, INT32_MIN, INT32_MAX));
+    }
+    return;
+  }
+  for (auto it = out.begin(); it != out.end();) it = configured(it->first) ? std::next(it) : out.erase(it);
+}
+
 }  // namespace ts::server::yaml

@@ -78,12 +78,7 @@ int cmd_gateway(int argc, char** argv) {
     return usage_error("cannot create --work-dir " + work_dir);
   }
 
-  std::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  const sigset_t sigs = block_stop_signals();
 
   SteadyClock clock;
   auto g = gateway::Gateway::create(cfg, serve_binary, work_dir, clock);
@@ -105,8 +100,7 @@ int cmd_gateway(int argc, char** argv) {
   if (!port_file.empty() && !write_port_file(port_file, (*g)->port()))
     log_record(LogLevel::kWarn, "tierserve gateway: cannot write --port-file " + port_file);
   sd_notify_state("READY=1\nSTATUS=routing");
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = wait_for_stop_signal(sigs);
   log_record(LogLevel::kInfo, std::string("tierserve gateway: ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": draining");
   sd_notify_state("STOPPING=1\nSTATUS=draining");
   (*g)->drain_and_stop();

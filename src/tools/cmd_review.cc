@@ -32,12 +32,7 @@ int cmd_review(int argc, char** argv) {
     log_record(LogLevel::kError, "tierserve review: " + db.status().message());
     return 2;
   }
-  std::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  const sigset_t sigs = block_stop_signals();
   gateway::ReviewApp review(std::move(db).value());
   server::HttpServer http{server::HttpServerOptions{}};
   auto bound = http.listen(host, port, [&review](const server::HttpRequest& q, std::shared_ptr<server::Responder> o) {
@@ -52,8 +47,7 @@ int cmd_review(int argc, char** argv) {
   std::fflush(stdout);
   if (!port_file.empty() && !write_port_file(port_file, *bound))
     log_record(LogLevel::kWarn, "tierserve review: cannot write --port-file " + port_file);
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  (void)wait_for_stop_signal(sigs);
   http.stop_accepting();
   http.stop();
   return 0;

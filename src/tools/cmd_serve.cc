@@ -166,12 +166,7 @@ int cmd_serve(int argc, char** argv) {
 
   // Signals: blocked in every thread (the io and engine threads inherit the mask) and
   // taken synchronously by sigwait below. A peer that closed its socket must not kill us.
-  std::signal(SIGPIPE, SIG_IGN);
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  const sigset_t sigs = block_stop_signals();
 
   // --- HTTP listeners first, so /health/live answers (and /health/ready says 503) while
   // the model loads; the App takes over once it is loaded. ---
@@ -290,8 +285,7 @@ int cmd_serve(int argc, char** argv) {
   sd_notify_state("READY=1\nSTATUS=serving");
 
   // --- wait for SIGTERM/SIGINT, then drain ---
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = wait_for_stop_signal(sigs);
   TS_LOG_INFO("tierserve serve: %s: draining (%lld in flight, up to %lld ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
               (long long)svc.stats().n_active, (long long)cfg.drain_timeout_ms);
   sd_notify_state("STOPPING=1\nSTATUS=draining");

@@ -42,4 +42,20 @@ bool write_port_file(const std::string& path, int port) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+sigset_t block_stop_signals() {
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  return sigs;
+}
+
+int wait_for_stop_signal(const sigset_t& sigs) {
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  return sig;
+}
+
 }  // namespace ts::tools

@@ -115,6 +115,7 @@ class Gateway {
   std::unique_ptr<Router> router_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   std::vector<std::string> models_;  // served model names (not the router's)
+  std::vector<std::string> tier_names_;  // the configured tiers, in order
   std::unique_ptr<Releases> releases_;  // their versions and the live split
   std::unique_ptr<class PairWriter> pair_writer_;  // shadow traffic configured
   int shadow_tier_ = -1;                 // the fleet's tier for shadows (after the paying ones)

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -46,5 +47,9 @@ KeyConfig parse_key(const YAML::Node& n, const std::string& path);
 // of its own, e.g. mounted from a Kubernetes Secret so that key hashes stay out of the
 // config's ConfigMap), appended to `out`.
 void parse_keys(const YAML::Node& root, std::vector<KeyConfig>& out);
+// The root's `request_priorities:` (tier: lowest priority) into `out`; without one, the
+// defaults for the tiers `configured` says exist stay, the others go.
+void parse_request_priorities(const YAML::Node& root, RequestPriorities& out,
+                              const std::function<bool(const std::string&)>& configured);
 
 }  // namespace ts::server::yaml
