@@ -8,7 +8,9 @@ For each model (random weights from `tierserve make-model`, real shapes) and thr
              a 1-token prompt + N_GEN tokens (decode at depth 0) and an N_PROMPT-token
              prompt + N_GEN tokens (prompt processing at depth 0, and decode after a
              prompt of N_PROMPT tokens, i.e. llama-bench's tg at depth N_PROMPT)
-the repetitions of the two engines alternating, and prints a markdown table of medians
+  baseline   with --baseline BIN: the same runs of a second tierserve build (e.g. the
+             previous commit's), alternating with the first in ABBA order
+the repetitions of the engines alternating, and prints a markdown table of medians
 (tok/s), the ratio to the best peer build, and
 decode's achieved bandwidth (weight bytes x tok/s) against the peak tierserve measures.
 Raw results go to OUT/results.jsonl, the table to OUT/table.md.
@@ -177,6 +179,9 @@ def main():
     ap.add_argument("--fa", default="auto", help="llama-bench -fa value (off, on, auto)")
     ap.add_argument("--ts-fa", default="on",
                     help="tierserve run --fa value: on (llama.cpp's flash-attention rounding, the default), off, tiled")
+    ap.add_argument("--baseline", default="",
+                    help="another tierserve binary (e.g. the previous commit's build) run alternating with "
+                         "--tierserve and reported beside it with the ratio tierserve / baseline")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--skip-tierserve", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results",
@@ -217,9 +222,12 @@ def main():
             # peer build, then one tierserve run of each kind), so that the machine's drift
             # (its read bandwidth moves by a third within minutes) reaches both alike.
             samples = {}  # (test, depth) -> {engine: [tok/s]}
-            if not args.skip_tierserve:  # warm-up: page cache, huge pages, CPU frequency
-                run_tierserve(args.tierserve, model, t, short, args)
-                run_tierserve(args.tierserve, model, t, prompt, args)
+            builds = [] if args.skip_tierserve else [("tierserve", args.tierserve)]
+            if args.baseline and not args.skip_tierserve:
+                builds.append(("baseline", args.baseline))
+            for _, binary in builds:  # warm-up: page cache, huge pages, CPU frequency
+                run_tierserve(binary, model, t, short, args)
+                run_tierserve(binary, model, t, prompt, args)
             for rep in range(1, args.reps + 1):
                 for p in peers:
                     log(f"{label} t={t} rep {rep}: llama.cpp {p} (load {loadavg()})")
@@ -230,15 +238,16 @@ def main():
                             r["samples"])
                         raw.write(json.dumps({"engine": f"llama.cpp-{p}", "model": label, "threads": t, "rep": rep,
                                               "cmd": cmd, **r}) + "\n")
-                if not args.skip_tierserve:
-                    log(f"{label} t={t} rep {rep}: tierserve (load {loadavg()})")
-                    a = run_tierserve(args.tierserve, model, t, short, args)
-                    b = run_tierserve(args.tierserve, model, t, prompt, args)
+                # The builds' order flips every repetition (ABBA), so neither always runs first.
+                for engine, binary in (builds if rep % 2 else builds[::-1]):
+                    log(f"{label} t={t} rep {rep}: {engine} (load {loadavg()})")
+                    a = run_tierserve(binary, model, t, short, args)
+                    b = run_tierserve(binary, model, t, prompt, args)
                     peak = a.get("peak_gb_s", peak)
                     for key, val in (((f"pp{args.n_prompt}", 0), b["prompt_tok_s"]), ((f"tg{args.n_gen}", 0), a["gen_tok_s"]),
                                      ((f"tg{args.n_gen}", args.depth), b["gen_tok_s"])):
-                        samples.setdefault(key, {}).setdefault("tierserve", []).append(val)
-                    raw.write(json.dumps({"engine": "tierserve", "model": label, "threads": t, "rep": rep,
+                        samples.setdefault(key, {}).setdefault(engine, []).append(val)
+                    raw.write(json.dumps({"engine": engine, "model": label, "threads": t, "rep": rep,
                                           "short": {k: a[k] for k in a if k not in ("text", "tokens")},
                                           "long": {k: b[k] for k in b if k not in ("text", "tokens", "prompt_tokens")},
                                           "n_prompt": len(b["prompt_tokens"])}) + "\n")
@@ -248,10 +257,14 @@ def main():
                 rows.append((label, t, test, depth, v, wbytes))
 
     engines = [f"llama.cpp {p}" for p in peers] + ([] if args.skip_tierserve else ["tierserve"])
+    if args.baseline and not args.skip_tierserve:
+        engines.append("baseline")
     lines = []
     head = ["model", "threads", "test", "depth"] + [f"{e} tok/s" for e in engines]
     if peers and not args.skip_tierserve:
         head.append("tierserve / best peer")
+    if "baseline" in engines:
+        head.append("tierserve / baseline")
     head.append("decode GB/s" + (f" (% of {peak:.0f} GB/s peak)" if peak else ""))
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -261,6 +274,9 @@ def main():
         if peers and not args.skip_tierserve:
             ts = v.get("tierserve")
             cells.append(f"{ts / best_peer:.2f}x" if ts and best_peer else "—")
+        if "baseline" in engines:
+            ts, base = v.get("tierserve"), v.get("baseline")
+            cells.append(f"{ts / base:.3f}x" if ts and base else "—")
         if test.startswith("tg"):
             gbs = []
             for e in engines:

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "engine/arch.h"
 #include "engine/arch_names.h"
+#include "engine/engine.h"
 #include "model_impl.h"
 
 namespace ts::engine {
@@ -215,6 +216,7 @@ const Architecture& Model::arch() const { return *impl_->arch; }
 ThreadPool& Model::pool() { return *impl_->pool; }
 
 // --- Context ---------------------------------------------------------------------------
+// One sequence of an Engine: the same KV, step and forward code as serving.
 
 Context::~Context() = default;
 
@@ -229,30 +231,31 @@ Result<std::unique_ptr<Context>> Context::create(Model& model, int64_t n_ctx, in
   std::unique_ptr<Context> c(new Context());
   c->impl_ = std::make_unique<ContextImpl>();
   ContextImpl& ci = *c->impl_;
-  ci.model = &model;
   ci.n_ctx = n_ctx;
   ci.n_batch = n_batch;
   ci.n_vocab = cfg.n_vocab;
-  const int64_t n_blocks = (n_ctx + kContextBlockSize - 1) / kContextBlockSize;
-  TS_ASSIGN_OR_RETURN(ci.kv, KvCache::create(model.arch().kv_shape(), n_blocks, kContextBlockSize));
-  ci.blocks.resize(size_t(n_blocks));
-  for (int64_t i = 0; i < n_blocks; ++i) ci.blocks[size_t(i)] = int32_t(i);
-  ci.ws = model.arch().make_workspace(n_batch, model.n_threads());
-  ci.positions.resize(size_t(n_batch));
-  ci.seq.assign(size_t(n_batch), 0);
-  ci.out_rows.resize(size_t(n_batch));
-  ci.logits.resize(size_t(cfg.n_vocab));
+  EngineOptions eo;
+  eo.block_size = kContextBlockSize;
+  eo.max_seq_len = n_ctx;
+  eo.n_blocks = (n_ctx + kContextBlockSize - 1) / kContextBlockSize;
+  eo.max_step_tokens = n_batch;
+  eo.prefix_cache = false;
+  TS_ASSIGN_OR_RETURN(ci.engine, Engine::create(model, eo));
+  TS_RETURN_IF_ERROR(ci.engine->add(ContextImpl::kSeq, {}));
   return c;
 }
 
 int64_t Context::n_ctx() const { return impl_->n_ctx; }
 int64_t Context::n_batch() const { return impl_->n_batch; }
 int64_t Context::n_past() const { return impl_->n_past; }
-uint64_t Context::kv_bytes() const { return impl_->kv->bytes(); }
+uint64_t Context::kv_bytes() const { return impl_->engine->kv_stats().bytes; }
 
 void Context::reset() {
-  impl_->n_past = 0;
-  impl_->n_logit_rows = 0;
+  ContextImpl& ci = *impl_;
+  TS_CHECK(ci.engine->remove(ContextImpl::kSeq).is_ok());
+  TS_CHECK(ci.engine->add(ContextImpl::kSeq, {}).is_ok());
+  ci.n_past = 0;
+  ci.n_logit_rows = 0;
 }
 
 Status Context::eval(std::span<const int32_t> tokens, bool all_logits) {
@@ -268,34 +271,18 @@ Status Context::eval(std::span<const int32_t> tokens, bool all_logits) {
       return invalid_argument("token id " + std::to_string(t) + " at index " + std::to_string(i) +
                               " is outside the vocabulary [0, " + std::to_string(ci.n_vocab) + ")");
   }
-  const int64_t rows = all_logits ? n : 1;
-  if (ci.logits.size() < size_t(rows * ci.n_vocab)) ci.logits.resize(size_t(rows * ci.n_vocab));
-  ci.n_logit_rows = rows;
-
-  const KvSeqView view{ci.blocks, kContextBlockSize};
-  const Architecture& arch = ci.model->arch();
-  for (int64_t c0 = 0; c0 < n; c0 += ci.n_batch) {
-    const int64_t m = std::min(ci.n_batch, n - c0);
-    for (int64_t i = 0; i < m; ++i) ci.positions[size_t(i)] = int32_t(ci.n_past + i);
-    ForwardBatch b;
-    b.tokens = tokens.subspan(size_t(c0), size_t(m));
-    b.positions = std::span<const int32_t>(ci.positions.data(), size_t(m));
-    b.seq = std::span<const int32_t>(ci.seq.data(), size_t(m));
-    b.seqs = std::span<const KvSeqView>(&view, 1);
-    int64_t n_out = 0;
-    if (all_logits) {
-      for (int64_t i = 0; i < m; ++i) ci.out_rows[size_t(i)] = int32_t(i);
-      n_out = m;
-      b.logits = ci.logits.data() + c0 * ci.n_vocab;
-    } else if (c0 + m == n) {
-      ci.out_rows[0] = int32_t(m - 1);
-      n_out = 1;
-      b.logits = ci.logits.data();
-    }
-    b.out_rows = std::span<const int32_t>(ci.out_rows.data(), size_t(n_out));
-    arch.forward(b, *ci.kv, *ci.ws, ci.model->pool());
-    ci.n_past += m;
-  }
+  StepPlan plan;
+  plan.seqs.push_back({.seq = ContextImpl::kSeq,
+                       .tokens = std::vector<int32_t>(tokens.begin(), tokens.end()),
+                       .n_outputs = int32_t(all_logits ? n : 1),
+                       .return_logits = true});
+  StepResult r = ci.engine->step(plan);
+  SeqResult& sr = r.seqs[0];
+  if (sr.outcome != SeqOutcome::kOk)
+    return internal_error(std::string("eval: ") + seq_outcome_name(sr.outcome) + " " + sr.error);
+  ci.logits = std::move(sr.logits);
+  ci.n_logit_rows = all_logits ? n : 1;
+  ci.n_past += n;
   return Status::ok();
 }
 

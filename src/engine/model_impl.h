@@ -7,6 +7,7 @@
 #include "core/huge_arena.h"
 #include "core/thread_pool.h"
 #include "engine/arch.h"
+#include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "engine/linear.h"
 #include "engine/model.h"
@@ -31,18 +32,14 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
 
 class ContextImpl {
  public:
-  Model* model = nullptr;
+  static constexpr SeqId kSeq = 0;
   int64_t n_ctx = 0;
   int64_t n_batch = 0;
   int64_t n_past = 0;
   int64_t n_vocab = 0;
-  std::unique_ptr<KvCache> kv;
-  std::vector<int32_t> blocks;  // identity block table: one sequence owns every cell
-  std::unique_ptr<Workspace> ws;
-  std::vector<float> logits;    // rows of the last eval
+  std::unique_ptr<Engine> engine;  // one sequence, kSeq
+  std::vector<float> logits;       // rows of the last eval
   int64_t n_logit_rows = 0;
-  // Per-chunk batch description, sized n_batch once.
-  std::vector<int32_t> positions, seq, out_rows;
 };
 
 }  // namespace ts::engine

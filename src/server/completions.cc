@@ -22,7 +22,7 @@ namespace ts::server {
 namespace {
 
 // The HTTP status for a request the scheduler turned away or ended, by reason name
-// (sched::reason_name): global shedding is 503, a tier's own limits 429 (DESIGN.md).
+// (sched::reason_name): global shedding is 503, a tier's own limits 429 (docs/architecture.md).
 int status_for_reason(const std::string& reason) {
   if (reason == "overloaded" || reason == "shed_for_higher_tier" || reason == "kv_exhausted" || reason == "cancelled" ||
       reason == "shutdown" || reason == "draining")

@@ -184,8 +184,7 @@ void Service::Impl::admit(std::vector<Pending>& in) {
       release_active(1);
       continue;
     }
-    auto r = std::make_unique<RequestState>(p.id, std::move(p.req), std::move(p.cb), tok, p.arrival_ns);
-    r->max_tokens = p.max_tokens;
+    auto r = std::make_unique<RequestState>(p.id, std::move(p.req), std::move(p.cb), tok, p.arrival_ns, p.max_tokens);
     r->tier_served = u.tier_served;
     r->admitted = true;
     RequestState& ref = *r;

@@ -11,15 +11,19 @@
 #include <vector>
 
 #include "serving/service.h"
+#include "tokenizer/text_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ts::serving {
 
-// Why a request ended, as the loop decides it after a sampled token.
+// Why a request ended, as the loop decides it after a sampled token: an end-of-generation
+// token or a stop string (kStop), max_tokens (kLength).
 enum class EndKind : uint8_t { kNone, kStop, kLength };
 
 struct RequestState {
-  RequestState(RequestId id, GenerateRequest req, Callback cb, const tok::Tokenizer& tok, int64_t arrival_ns);
+  // max_tokens: after the service's caps.
+  RequestState(RequestId id, GenerateRequest req, Callback cb, const tok::Tokenizer& tok, int64_t arrival_ns,
+               int64_t max_tokens);
 
   RequestId id;
   GenerateRequest req;
@@ -57,22 +61,13 @@ struct RequestState {
   bool ended = false;             // its final callback was delivered
 
   // Appends a sampled token. Returns the text that may be streamed now (possibly empty)
-  // and sets *end when the request is over: EOS/EOG (unless ignore_eos) or a stop string
-  // -> kStop, max_tokens -> kLength. At the end the returned text includes everything
-  // held back, cut before a stop string.
+  // and sets *end when the request is over (tok::TextOutput, the one `tierserve run`
+  // uses): EOS/EOG (unless ignore_eos) or a stop string -> kStop, max_tokens -> kLength.
+  // At the end the returned text includes everything held back, cut before a stop string.
   std::string push_token(int32_t token, EndKind* end);
 
-  // Every byte delivered in kDelta updates so far (== the final text once ended).
-  const std::string& streamed() const { return streamed_; }
-
  private:
-  std::string take(size_t end);   // text_[streamed_.size(), end), recorded as streamed
-  std::string finish_text();      // at kLength/EOG: flush the decoder, cut at a stop
-
-  const tok::Tokenizer& tok_;
-  tok::StreamDecoder decoder_;
-  std::string text_;              // all decoded text so far
-  std::string streamed_;          // its prefix that was delivered
+  tok::TextOutput text_;
 };
 
 }  // namespace ts::serving

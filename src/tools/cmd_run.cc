@@ -5,6 +5,7 @@
 // prints one JSON object instead of the stream.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -21,13 +22,14 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/cpu_features.h"
+#include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/perf.h"
 #include "engine/sampling.h"
-#include "engine/stop.h"
 #include "kernels/traits.h"
 #include "models/register.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/text_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ts::tools {
@@ -209,18 +211,34 @@ int cmd_run(int argc, char** argv) {
   auto tok_r = tok::Tokenizer::from_gguf(model.gguf());
   if (!tok_r.is_ok()) return fail("tokenizer: " + tok_r.status().to_string());
   const tok::Tokenizer& tokenizer = **tok_r;
-  auto ctx_r = engine::Context::create(model, o.n_ctx, o.n_batch);
-  if (!ctx_r.is_ok()) return fail(ctx_r.status().to_string());
-  engine::Context& ctx = **ctx_r;
+  // One sequence on the serving engine (engine::Engine): the same KV, sampling and step
+  // code as `serve`, and the same end-of-text rules (tok::TextOutput).
+  // --ctx 0: the model's training context, at most kDefaultCtx.
+  constexpr int64_t kDefaultCtx = 4096;
+  const int64_t n_train = model.config().n_ctx_train;
+  const int64_t want_ctx = o.n_ctx > 0 ? o.n_ctx : n_train > 0 ? std::min(n_train, kDefaultCtx) : kDefaultCtx;
+  engine::EngineOptions eo;
+  eo.max_seq_len = want_ctx;
+  eo.n_blocks = (want_ctx + eo.block_size - 1) / eo.block_size;  // one sequence's worth
+  eo.max_step_tokens = std::min(o.n_batch, want_ctx);
+  eo.prefix_cache = false;
+  auto engine_r = engine::Engine::create(model, eo);
+  if (!engine_r.is_ok()) return fail(engine_r.status().to_string());
+  engine::Engine& eng = **engine_r;
+  const int64_t n_ctx = eng.max_seq_len();
   // Warm-up: one token through every layer faults the weights in (from the page cache or
-  // the plan) and sizes the scratch buffers, so the prompt is timed at steady state.
-  // reset() forgets it; the prompt overwrites its KV cell.
+  // the plan) and sizes the scratch buffers, so the prompt is timed at steady state. Its
+  // sequence is removed; the prompt overwrites its KV cell.
   double warmup_ms = 0;
+  constexpr engine::SeqId kWarmSeq = 1, kSeq = 0;
   if (!o.no_warmup) {
     const int64_t tw = now_ns();
-    const int32_t warm_token = 0;  // any id: only the weights' pages and buffers matter
-    if (Status st = ctx.eval(std::span<const int32_t>(&warm_token, 1)); !st.is_ok()) return fail(st.to_string());
-    ctx.reset();
+    if (Status st = eng.add(kWarmSeq, {}); !st.is_ok()) return fail(st.to_string());
+    engine::StepPlan warm;
+    warm.seqs.push_back({.seq = kWarmSeq, .tokens = {0}});  // any id: only pages and buffers matter
+    const engine::StepResult wr = eng.step(warm);
+    if (wr.seqs[0].outcome != engine::SeqOutcome::kOk) return fail("warm-up step: " + wr.seqs[0].error);
+    (void)eng.remove(kWarmSeq);
     warmup_ms = double(now_ns() - tw) * 1e-6;
   }
   const double ready_ms = double(now_ns() - t_load) * 1e-6;
@@ -231,73 +249,64 @@ int cmd_run(int argc, char** argv) {
   if (!prompt_text.is_ok()) return fail(prompt_text.status().to_string());
   const std::vector<int32_t> prompt = tokenizer.encode(*prompt_text, /*add_special=*/true, /*parse_special=*/true);
   if (prompt.empty()) return fail("the prompt has no tokens");
-  if (int64_t(prompt.size()) >= ctx.n_ctx())
+  if (int64_t(prompt.size()) >= n_ctx)
     return fail("the prompt has " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
-                std::to_string(ctx.n_ctx()) + " tokens with room to generate (use a shorter prompt or a larger --ctx)");
+                std::to_string(n_ctx) + " tokens with room to generate (use a shorter prompt or a larger --ctx)");
   for (int32_t t : prompt)
     if (t < 0 || t >= model.config().n_vocab)
       return fail("the tokenizer produced id " + std::to_string(t) + " outside the model's vocabulary");
 
-  engine::Sampler sampler(sp);
-  for (int32_t t : prompt) sampler.accept(t);
+  engine::SeqConfig sc;
+  sc.sampling = sp;
+  if (Status st = eng.add(kSeq, sc); !st.is_ok()) return fail(st.to_string());
+  // A step of `tokens`: the next token sampled by the engine, its row hashed (a
+  // diagnostic: its time is not decode time).
+  uint64_t hash = engine::kFnvOffset;
+  int64_t hash_ns = 0;
+  engine::StepPlan plan;
+  plan.seqs.push_back({.seq = kSeq, .return_logits = true});
+  auto step = [&](std::span<const int32_t> tokens, int32_t* next) -> Status {
+    plan.seqs[0].tokens.assign(tokens.begin(), tokens.end());
+    engine::StepResult r = eng.step(plan);
+    engine::SeqResult& sr = r.seqs[0];
+    if (sr.outcome != engine::SeqOutcome::kOk)
+      return internal_error(std::string("step: ") + engine::seq_outcome_name(sr.outcome) + " " + sr.error);
+    const int64_t th = now_ns();
+    hash = engine::fnv1a_update(hash, sr.logits);
+    hash_ns += now_ns() - th;
+    *next = sr.sampled.back();
+    return Status::ok();
+  };
 
-  // Prompt: one batched pass.
+  // Prompt: one step (forward passes of at most --batch tokens).
   const int64_t t0 = now_ns();
-  if (Status st = ctx.eval(prompt); !st.is_ok()) return fail(st.to_string());
+  int32_t id = -1;
+  if (Status st = step(prompt, &id); !st.is_ok()) return fail(st.to_string());
   const int64_t t1 = now_ns();
 
   // Decode.
   std::vector<int32_t> out;
-  std::string text;      // all generated text
-  size_t emitted = 0;    // bytes of `text` already written to stdout
-  size_t checked = 0;    // bytes of `text` already checked for stop strings
-  uint64_t hash = engine::kFnvOffset;
-  int64_t hash_ns = 0;   // the logits hash is a diagnostic: its time is not decode time
   int64_t n_passes = 0;  // decode forward passes (the first token comes from the prompt's)
-  tok::StreamDecoder decoder(tokenizer);
+  tok::TextOutput text_out(tokenizer, o.stops, o.ignore_eos, o.n_predict);
   std::string stop_reason = "length";
-  bool stopped = false;
-  while (!stopped) {
-    const std::span<const float> logits = ctx.logits(0);
-    const int64_t th = now_ns();
-    hash = engine::fnv1a_update(hash, logits);
-    hash_ns += now_ns() - th;
-    const int32_t id = sampler.sample(logits);
-    sampler.accept(id);
-    if (!o.ignore_eos && tokenizer.is_eog(id)) {
-      stop_reason = "eos";
+  for (;;) {
+    tok::TextEnd end = tok::TextEnd::kNone;
+    const std::string shown = text_out.push(id, &end);
+    if (end != tok::TextEnd::kEog) out.push_back(id);
+    emit(shown, o.json);
+    if (end != tok::TextEnd::kNone) {
+      stop_reason = end == tok::TextEnd::kEog ? "eos" : end == tok::TextEnd::kStopString ? "stop" : "length";
       break;
     }
-    out.push_back(id);
-    text += decoder.push(id);
-    if (int64_t(out.size()) >= o.n_predict) {
-      text += decoder.flush();
-      stopped = true;
-    }
-    const engine::StopCheck sc = engine::check_stop(text, o.stops, checked);
-    checked = text.size();
-    if (sc.stopped) {
-      text.resize(sc.end);
-      stop_reason = "stop";
-      stopped = true;
-    }
-    const size_t safe = stopped ? text.size() : sc.end;
-    if (safe > emitted) {
-      emit(text.substr(emitted, safe - emitted), o.json);
-      emitted = safe;
-    }
-    if (stopped) break;
-    if (ctx.n_past() >= ctx.n_ctx()) {
+    if (int64_t(prompt.size()) + n_passes >= n_ctx) {  // the KV holds no further token
       stop_reason = "context";
+      emit(text_out.finish(), o.json);
       break;
     }
-    if (Status st = ctx.eval(std::span<const int32_t>(&id, 1)); !st.is_ok()) return fail(st.to_string());
+    if (Status st = step(std::span<const int32_t>(&id, 1), &id); !st.is_ok()) return fail(st.to_string());
     ++n_passes;
   }
-  if (!stopped) {  // eos / context: flush held-back bytes
-    text += decoder.flush();
-    if (text.size() > emitted) emit(text.substr(emitted), o.json);
-  }
+  const std::string& text = text_out.shown();
   const int64_t t2 = now_ns();
   const MemoryUse mem_end = memory_use();
   const engine::PackInfo& pi = model.pack_info();
@@ -337,7 +346,7 @@ int cmd_run(int argc, char** argv) {
     j["kernels"] = kernels::isa_name(kernels::best_isa());  // the matrix kernels' path
     j["attention"] = engine::ops::attn_numerics_name(mo.attn_numerics);  // --fa
     j["cpu_features"] = cpu_features().to_string();
-    j["n_ctx"] = ctx.n_ctx();
+    j["n_ctx"] = n_ctx;
     j["seed"] = sp.seed;
     j["logits_hash"] = hash_hex;
     j["load_ms"] = pi.load_ms;

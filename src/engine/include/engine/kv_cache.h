@@ -4,8 +4,8 @@
 // Layout: per layer, cells in order, each cell holding n_head_kv heads of head_dim halves.
 // A sequence sees its cells through a KvSeqView, a block table that maps positions to
 // cells: position p lives in cell blocks[p / block_size] * block_size + p % block_size.
-// A single-sequence Context uses the identity table; the paged batching engine hands out
-// blocks from one pool and keeps the tables (block accounting lives outside this class).
+// The engine (engine.h) hands out blocks from one pool and keeps the tables (block
+// accounting lives outside this class).
 #pragma once
 
 #include <cstdint>

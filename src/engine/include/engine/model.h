@@ -1,9 +1,8 @@
 // The engine's public entry points for one model file: load it (mmapped, validated) and
 // evaluate tokens of a sequence against a KV cache.
 //
-// This single-sequence API is what the CLI and the numeric tests use; the batching engine
-// (engine.step(plan), DESIGN.md) builds on the same forward pass, which already takes a
-// batch of tokens with explicit positions.
+// Context, one sequence with logits rows, is what the numeric tests use; it runs on the
+// batching engine (engine.h, engine.step(plan)) like everything else.
 #pragma once
 
 #include <cstdint>
@@ -106,7 +105,8 @@ class Model {
 
 class ContextImpl;
 
-// One sequence's KV cache and scratch buffers.
+// One sequence on an Engine of its own (engine.h), greedy, for tests and tools that want
+// logits rows: the same KV, step and forward code as serving.
 class Context {
  public:
   // n_ctx <= 0: the model's training context, capped at 4096. Prompts longer than n_batch

@@ -1,4 +1,4 @@
-// The engine side of the step contract (DESIGN.md): plain data in, plain data out.
+// The engine side of the step contract (docs/architecture.md): plain data in, plain data out.
 //
 //   plan   = scheduler.schedule(now)        sched::  (no model, no engine headers)
 //   step   = serving: translate(plan)       -> engine::StepPlan (token ids, output wishes)

@@ -1,7 +1,7 @@
 // KV block accounting for the paged batching engine: which blocks of the KV cache are
 // free, referenced by sequences, or kept as a reusable prefix (no tensors here; this
 // header depends only on the standard library: the `kv` layer is shared by the engine and
-// the scheduler, see DESIGN.md).
+// the scheduler, see docs/architecture.md).
 //
 // A block is in exactly one of three states:
 //   free    - holds nothing useful; on the free list.

@@ -1,4 +1,4 @@
-// The fast/standard latency correlation (DESIGN.md: "the sign of a shared bottleneck").
+// The fast/standard latency correlation (a rise of both together is the sign of a shared bottleneck).
 // Latencies of both tiers are averaged per interval (e.g. 1 s); the gauge is the Pearson
 // correlation of the last `window` interval pairs. Intervals where either tier had no
 // request are skipped: there is no pair to compare.

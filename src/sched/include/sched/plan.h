@@ -1,4 +1,4 @@
-// The step contract on the scheduler's side (DESIGN.md, engine/step.h): a Plan is plain
+// The step contract on the scheduler's side (docs/architecture.md, engine/step.h): a Plan is plain
 // data in counts only; the serving layer holds the token ids, builds engine::StepPlan from
 // it, runs the step and copies what the scheduler needs into a StepUpdate. Both can be
 // made by hand, which is how the tests drive the scheduler without a model.

@@ -9,7 +9,7 @@
 // decision reproducible: the same calls with the same times give the same plans.
 // docs/scheduler.md describes the algorithm and the invariants the tests check.
 //
-// Not thread-safe: the serving loop's thread owns the scheduler (STYLE.md, rule 7).
+// Not thread-safe: the serving loop's thread owns the scheduler (docs/architecture.md, threads).
 #pragma once
 
 #include <cstdint>

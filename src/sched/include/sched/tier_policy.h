@@ -1,6 +1,6 @@
 // A tier as a policy object: its shares in units of a given capacity, its queue, and what
 // happens when its max wait is reached. The scheduler's loop asks these objects and never
-// tests a tier's name or position itself (STYLE.md: tiers are policy objects).
+// tests a tier's name or position itself (tiers are policy objects: docs/architecture.md).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The serving layer: one engine-loop thread that owns the Engine and the Scheduler, and a
 // thread-safe front (submit / cancel / drain) that HTTP threads call. Everything crosses
-// between them by message (STYLE.md rule 7): submit() puts the request in an inbox, the
+// between them by message (docs/architecture.md, threads): submit() puts the request in an inbox, the
 // loop admits it at its next iteration, and every later event of the request comes back
 // through the request's callback, called on the loop thread, in order.
 //
