@@ -107,13 +107,20 @@ def weight_bytes(path):
     return total
 
 
-def prompt_of_tokens(path, n_tokens):
+def prompt_of_tokens(path, n_tokens, tierserve=None):
     """A text that llama.cpp's tokenizer (which ours matches) turns into exactly n_tokens
-    tokens, BOS included when the vocabulary adds one; the closest below if not exact."""
-    from llama_cpp import Llama
-    with quiet_stderr():  # llama.cpp warns about the context of a vocab-only load
-        m = Llama(model_path=path, vocab_only=True, verbose=False)
-    count = lambda s: len(m.tokenize(s.encode(), add_bos=True, special=False))
+    tokens, BOS included when the vocabulary adds one; the closest below if not exact.
+    Without llama-cpp-python in the venv, tierserve's own tokenizer counts."""
+    try:
+        from llama_cpp import Llama
+        with quiet_stderr():  # llama.cpp warns about the context of a vocab-only load
+            m = Llama(model_path=path, vocab_only=True, verbose=False)
+        count = lambda s: len(m.tokenize(s.encode(), add_bos=True, special=False))
+    except ImportError:
+        def count(s):
+            p = subprocess.run([tierserve, "run", "-m", path, "-p", s, "-n", "1", "--no-warmup", "--json", "-c", "8192"],
+                               capture_output=True, text=True, check=True)
+            return len(json.loads(p.stdout)["prompt_tokens"])
     words = (PROMPT_TEXT * (1 + 4 * n_tokens // len(PROMPT_TEXT.split()))).split()
     lo, hi = 0, len(words)
     while lo < hi:  # longest prefix of words with <= n_tokens tokens
@@ -214,7 +221,7 @@ def main():
         wbytes = weight_bytes(model)
         prompt = short = None
         if not args.skip_tierserve:
-            prompt, n = prompt_of_tokens(model, args.n_prompt)
+            prompt, n = prompt_of_tokens(model, args.n_prompt, args.tierserve)
             short = "Once"
             log(f"{label}: {n}-token prompt")
         for t in threads:

@@ -446,7 +446,6 @@ StepResult Engine::step(const StepPlan& plan) {
       const float* row = logits_.data() + (it.out0 + j - first_out) * n_vocab_;
       const int32_t t = s.sampler->sample(std::span<const float>(row, size_t(n_vocab_)));
       res.sampled.push_back(t);
-      if (st.return_logits) res.logits.insert(res.logits.end(), row, row + n_vocab_);
       if (st.logprobs >= 0) res.logprobs.push_back(output_logprob(std::span<const float>(row, size_t(n_vocab_)), t, st.logprobs));
       if (st.speculative && j + 1 < n) {
         ++out.n_drafted;
@@ -486,6 +485,8 @@ StepResult Engine::step(const StepPlan& plan) {
     ++r.stats.n_seqs;
   }
 
+  last_rows_.assign(plan.seqs.size(), {0, 0});
+  for (const Item& it : commit) last_rows_[it.entry] = {it.out0, plan.seqs[it.entry].n_outputs};
   if (!r.stats.interrupted) {
     r.stats.n_tokens = n_total;
     r.stats.n_outputs = int32_t(n_out);
@@ -496,6 +497,12 @@ StepResult Engine::step(const StepPlan& plan) {
   r.stats.kv_blocks_free = pool_->n_free();
   r.stats.time_ns = now_ns() - t0;
   return r;
+}
+
+std::span<const float> Engine::last_logits(size_t entry) const {
+  if (entry >= last_rows_.size() || last_rows_[entry].second == 0) return {};
+  const auto [row, n] = last_rows_[entry];
+  return std::span<const float>(logits_.data() + row * n_vocab_, size_t(n * n_vocab_));
 }
 
 }  // namespace ts::engine

@@ -274,13 +274,11 @@ Status Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   StepPlan plan;
   plan.seqs.push_back({.seq = ContextImpl::kSeq,
                        .tokens = std::vector<int32_t>(tokens.begin(), tokens.end()),
-                       .n_outputs = int32_t(all_logits ? n : 1),
-                       .return_logits = true});
+                       .n_outputs = int32_t(all_logits ? n : 1)});
   StepResult r = ci.engine->step(plan);
   SeqResult& sr = r.seqs[0];
   if (sr.outcome != SeqOutcome::kOk)
     return internal_error(std::string("eval: ") + seq_outcome_name(sr.outcome) + " " + sr.error);
-  ci.logits = std::move(sr.logits);
   ci.n_logit_rows = all_logits ? n : 1;
   ci.n_past += n;
   return Status::ok();
@@ -289,7 +287,7 @@ Status Context::eval(std::span<const int32_t> tokens, bool all_logits) {
 std::span<const float> Context::logits(int64_t i) const {
   const ContextImpl& ci = *impl_;
   TS_CHECK(i >= 0 && i < ci.n_logit_rows);
-  return std::span<const float>(ci.logits.data() + i * ci.n_vocab, size_t(ci.n_vocab));
+  return ci.engine->last_logits(0).subspan(size_t(i * ci.n_vocab), size_t(ci.n_vocab));
 }
 
 }  // namespace ts::engine

@@ -37,8 +37,7 @@ class ContextImpl {
   int64_t n_batch = 0;
   int64_t n_past = 0;
   int64_t n_vocab = 0;
-  std::unique_ptr<Engine> engine;  // one sequence, kSeq
-  std::vector<float> logits;       // rows of the last eval
+  std::unique_ptr<Engine> engine;  // one sequence, kSeq; its last step's rows are the logits
   int64_t n_logit_rows = 0;
 };
 

@@ -264,7 +264,7 @@ int cmd_run(int argc, char** argv) {
   uint64_t hash = engine::kFnvOffset;
   int64_t hash_ns = 0;
   engine::StepPlan plan;
-  plan.seqs.push_back({.seq = kSeq, .return_logits = true});
+  plan.seqs.push_back({.seq = kSeq});
   auto step = [&](std::span<const int32_t> tokens, int32_t* next) -> Status {
     plan.seqs[0].tokens.assign(tokens.begin(), tokens.end());
     engine::StepResult r = eng.step(plan);
@@ -272,7 +272,7 @@ int cmd_run(int argc, char** argv) {
     if (sr.outcome != engine::SeqOutcome::kOk)
       return internal_error(std::string("step: ") + engine::seq_outcome_name(sr.outcome) + " " + sr.error);
     const int64_t th = now_ns();
-    hash = engine::fnv1a_update(hash, sr.logits);
+    hash = engine::fnv1a_update(hash, eng.last_logits(0));
     hash_ns += now_ns() - th;
     *next = sr.sampled.back();
     return Status::ok();

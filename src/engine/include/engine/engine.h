@@ -125,6 +125,10 @@ class Engine {
   bool check_consistency() const;
 
   StepResult step(const StepPlan& plan);
+  // The logits rows (n_outputs x n_vocab) of plan entry `entry` of the last step, without
+  // the copy return_logits makes; empty for an entry that was not computed. Valid until
+  // the next step().
+  std::span<const float> last_logits(size_t entry) const;
 
   // The flag interruptible steps watch (between layers): another thread raises it when
   // work arrives that must not wait for the step in flight. Not owned; null: none.
@@ -166,6 +170,7 @@ class Engine {
   std::vector<int32_t> b_tokens_, b_pos_, b_seq_, b_out_;
   std::vector<KvSeqView> b_views_;
   std::vector<float> logits_;
+  std::vector<std::pair<int64_t, int64_t>> last_rows_;  // per plan entry: first row, rows
 };
 
 }  // namespace ts::engine

@@ -32,10 +32,9 @@ struct SeqStep {
   // 1 to sample the next token, k > 1 to verify k-1 speculative tokens (a sampled token
   // after each of them). At most tokens.size().
   int32_t n_outputs = 1;
-  // Also return the logits of the output rows (n_outputs x n_vocab floats: tests and tools).
-  bool return_logits = false;
   // >= 0: each sampled token's log-probability and the `logprobs` most likely tokens with
-  // theirs (at most kMaxTopLogprobs), computed here from the row; no row leaves the engine.
+  // theirs (at most kMaxTopLogprobs), computed here from the row; no row is copied out
+  // (tests and tools that want rows read Engine::last_logits).
   int32_t logprobs = -1;
   // Speculative verification: tokens = [the last sampled token, draft_1, ..., draft_k]
   // with n_outputs = tokens.size(). Row j's sample is drawn only while every draft before
@@ -84,7 +83,6 @@ struct SeqResult {
   int64_t n_computed = 0;        // tokens in the KV cache after the step
   int32_t n_blocks = 0;          // KV blocks the sequence holds after the step
   std::vector<int32_t> sampled;  // one per output row, in position order
-  std::vector<float> logits;     // n_outputs x n_vocab when return_logits
   std::vector<OutputLogprob> logprobs;  // one per sampled token when SeqStep::logprobs >= 0
 };
 
