@@ -148,18 +148,21 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
   }
   server::KeyState* key = keys_.enabled() ? keys_.authenticate(req.header("authorization")) : nullptr;
   if (requested.empty()) requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
-  std::string tier = requested;
-  if (key && !key->allows_tier(requested)) {
-    if (cfg_.on_unentitled == server::OnUnentitled::kReject) {
+  // The entitlement rule, as `serve` applies it; from here on the tier travels as its rank.
+  x->tier_requested = cfg_.tier_index(requested);
+  x->tier = x->tier_requested;
+  if (key) {
+    const sched::Move m = key->entitlement(x->tier_requested, tier_names_, cfg_.on_unentitled == server::OnUnentitled::kReject);
+    if (m.kind == sched::Move::kReject) {
       out->respond(server::error_response(server::tier_not_entitled(requested)));
       return;
     }
-    tier = key->served_tier(requested, [this](const std::string& t) { return tier_priority(t); });
-    x->degraded_reason = "not_entitled";
-    registry_->counter(kDegradations, {requested, tier, "not_entitled"})->inc();
+    if (m.kind == sched::Move::kToTier) {
+      x->tier = m.tier;
+      x->degraded_reason = sched::reason_name(sched::Reason::kNotEntitled);
+      registry_->counter(kDegradations, {requested, tier_names_[size_t(m.tier)], x->degraded_reason})->inc();
+    }
   }
-  x->tier_requested = cfg_.tier_index(requested);
-  x->tier = cfg_.tier_index(tier);
   if (x->rec) {
     x->rec->tier_requested = requested;
   }
@@ -176,7 +179,7 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
     in.text = text;
     in.prompt_tokens = x->prompt_tokens;
     in.chat = chat;
-    in.tier = tier;
+    in.tier = tier_names_[size_t(x->tier)];
     const RouteDecision d = router_->decide(in);
     target = d.target;
     x->route = d.route + (estimated ? ";tokens=estimated" : "");

@@ -365,7 +365,6 @@ std::optional<std::string> Gateway::resolve_tier(const std::string& asked) const
   return server::resolve_service_tier(asked, tier_names_, cfg_.tier_aliases);
 }
 
-int Gateway::tier_priority(const std::string& tier) const { return cfg_.tier_index(tier); }
 
 // /admin/models/{name}[/weights|/rollback|/stable|/events]: the model's versions and
 // split (GET), a new split, a rollback to the stable version, the stable version named

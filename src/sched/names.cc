@@ -16,6 +16,8 @@ const char* reason_name(Reason r) {
     case Reason::kKvExhausted: return "kv_exhausted";
     case Reason::kCancelled: return "cancelled";
     case Reason::kEngineError: return "engine_error";
+    case Reason::kShutdown: return "shutdown";
+    case Reason::kNotEntitled: return "not_entitled";
   }
   return "unknown";
 }

@@ -195,3 +195,37 @@ TEST(TierPolicy, TimeoutRulesAreObjects) {
 
 }  // namespace
 }  // namespace ts::sched
+
+namespace ts::sched {
+namespace {
+
+// The entitlement rule: tiers are ranks, 0 first.
+TEST(EntitlementRule, StaysWhenAllowedOrUnrestricted) {
+  EXPECT_EQ(entitlement_move(1, {}, -1, false).kind, Move::kStay);
+  EXPECT_EQ(entitlement_move(1, {}, -1, true).kind, Move::kStay);
+  EXPECT_EQ(entitlement_move(1, {0, 1}, -1, true).kind, Move::kStay);
+}
+
+TEST(EntitlementRule, RejectsWhenConfigured) {
+  const Move m = entitlement_move(0, {1, 2}, 1, true);
+  EXPECT_EQ(m.kind, Move::kReject);
+}
+
+TEST(EntitlementRule, DowngradesToTheBestAllowedTierBelow) {
+  Move m = entitlement_move(0, {2, 1}, -1, false);
+  EXPECT_EQ(m.kind, Move::kToTier);
+  EXPECT_EQ(m.tier, 1);
+  m = entitlement_move(1, {0, 2}, -1, false);  // 0 is above the request: not a downgrade target
+  EXPECT_EQ(m.tier, 2);
+}
+
+TEST(EntitlementRule, NothingBelowFallsBackToTheDefaultThenTheBest) {
+  Move m = entitlement_move(2, {1, 0}, 1, false);
+  EXPECT_EQ(m.kind, Move::kToTier);
+  EXPECT_EQ(m.tier, 1);  // the key's default tier
+  m = entitlement_move(2, {1, 0}, -1, false);
+  EXPECT_EQ(m.tier, 0);  // its best allowed tier
+}
+
+}  // namespace
+}  // namespace ts::sched

@@ -54,4 +54,16 @@ std::vector<TierPolicy> make_tier_policies(const SchedConfig& cfg) {
   return out;
 }
 
+Move entitlement_move(TierId requested, const std::vector<TierId>& allowed, TierId key_default, bool reject) {
+  if (allowed.empty() || std::find(allowed.begin(), allowed.end(), requested) != allowed.end())
+    return {Move::kStay, requested};
+  if (reject) return {Move::kReject, requested};
+  TierId below = -1, best = -1;
+  for (TierId t : allowed) {
+    if (t >= requested && (below < 0 || t < below)) below = t;
+    if (best < 0 || t < best) best = t;
+  }
+  return {Move::kToTier, below >= 0 ? below : key_default >= 0 ? key_default : best};
+}
+
 }  // namespace ts::sched

@@ -54,7 +54,12 @@ App::App(const ServerConfig& cfg, Backend& backend, metrics::Registry* registry,
       clock_(clock),
       model_names_(cfg.model.served_names.empty() ? std::vector<std::string>{std::move(model_id)} : cfg.model.served_names),
       keys_(cfg.keys, clock) {
-  for (const auto& t : cfg_.sched.tiers) tier_names_.push_back(t.name);
+  // By rank, as serving numbers them (sorted by priority, which config validation keeps unique).
+  std::vector<const sched::TierConfig*> by_priority;
+  for (const auto& t : cfg_.sched.tiers) by_priority.push_back(&t);
+  std::stable_sort(by_priority.begin(), by_priority.end(),
+                   [](const sched::TierConfig* a, const sched::TierConfig* b) { return a->priority < b->priority; });
+  for (const sched::TierConfig* t : by_priority) tier_names_.push_back(t->name);
   main_.add("POST", "/v1/chat/completions",
             [this](const HttpRequest& r, std::shared_ptr<Responder> o) { completions(r, std::move(o), Endpoint::kChat); });
   main_.add("POST", "/v1/completions",
@@ -87,10 +92,14 @@ std::optional<std::string> App::resolve_tier(const std::string& service_tier) co
 
 std::string App::openai_tier(const std::string& tier) const { return openai_service_tier(tier, cfg_.tier_aliases); }
 
-int32_t App::tier_priority(const std::string& name) const {
-  for (const auto& t : cfg_.sched.tiers)
-    if (t.name == name) return t.priority;
-  return -1;
+sched::TierId App::tier_index(const std::string& name) const {
+  const auto it = std::find(tier_names_.begin(), tier_names_.end(), name);
+  return it == tier_names_.end() ? sched::TierId(-1) : sched::TierId(it - tier_names_.begin());
+}
+
+const std::string& App::tier_name(sched::TierId rank) const {
+  static const std::string kNone;
+  return rank >= 0 && size_t(rank) < tier_names_.size() ? tier_names_[size_t(rank)] : kNone;
 }
 
 void App::count_rejection(const std::string& tier) const {
@@ -325,7 +334,7 @@ void App::stats(std::shared_ptr<Responder> out) const {
                       {"scale", s.step_cost_scale},
                       {"segment_ms", s.step_cost.segment_ns(s.step_token_budget, 0) / 1e6}};
     nlohmann::json bounds = nlohmann::json::object();
-    for (const auto& [tier, ns] : s.wait_bound_ns) bounds[tier] = double(ns) / 1e6;
+    for (const auto& [tier, ns] : s.wait_bound_ns) bounds[tier_name(tier)] = double(ns) / 1e6;
     j["wait_bound_ms"] = bounds;
   }
   HttpResponse r;

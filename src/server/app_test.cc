@@ -10,11 +10,21 @@
 #include "metrics/tierserve_metrics.h"
 #include "server/sha256.h"
 
+namespace ts::sched {
+// gtest messages print a reason by its name.
+std::ostream& operator<<(std::ostream& os, Reason r) { return os << reason_name(r); }
+}  // namespace ts::sched
+
 namespace ts::server {
 namespace {
 
 using json = nlohmann::json;
 using K = serving::Update::Kind;
+
+// The default tiers by rank, as serving numbers them (priority order).
+sched::TierId rank_of(const std::string& name) {
+  return name == "ultrafast" ? 0 : name == "standard" ? 1 : name == "batch" ? 2 : 99;
+}
 
 class FakeBackend : public Backend {
  public:
@@ -50,7 +60,7 @@ class FakeBackend : public Backend {
     u.kind = K::kAdmitted;
     u.accepted = true;
     u.tier_requested = reqs[i].tier;
-    u.tier_served = tier;
+    u.tier_served = rank_of(tier);
     play(i, u);
   }
   void delta(size_t i, const std::string& text) {
@@ -177,7 +187,7 @@ TEST_F(AppTest, CompletionNonStreamed) {
   ASSERT_EQ(backend.reqs.size(), 1u);
   EXPECT_EQ(rec->n_responses, 0);  // nothing until the request ends
   const auto& g = backend.reqs[0];
-  EXPECT_EQ(g.tier, "standard");
+  EXPECT_EQ(g.tier, rank_of("standard"));
   EXPECT_EQ(g.prompt.size(), 4u);
   EXPECT_EQ(g.max_tokens, 5);
   EXPECT_EQ(g.sampling.temperature, 0.0f);
@@ -210,7 +220,7 @@ TEST_F(AppTest, ChatStreamWithUsageAndInBandTierChange) {
                        R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
                            "stream_options":{"include_usage":true},"service_tier":"priority"})"));
   ASSERT_EQ(backend.reqs.size(), 1u);
-  EXPECT_EQ(backend.reqs[0].tier, "ultrafast");
+  EXPECT_EQ(backend.reqs[0].tier, rank_of("ultrafast"));
   EXPECT_EQ(backend.reqs[0].max_tokens, 64 - 20);  // default 256 clipped to the context ("user: hi\nassistant: ")
   EXPECT_FALSE(rec->streaming);
   backend.admit(0, "ultrafast");
@@ -223,14 +233,14 @@ TEST_F(AppTest, ChatStreamWithUsageAndInBandTierChange) {
   EXPECT_EQ(rec->header("x-tierserve-degraded-reason"), "");
   serving::Update tc;
   tc.kind = K::kTierChanged;
-  tc.tier_requested = "ultrafast";
-  tc.tier_served = "standard";
-  tc.reason = "queue_timeout";
+  tc.tier_requested = rank_of("ultrafast");
+  tc.tier_served = rank_of("standard");
+  tc.reason = sched::Reason::kQueueTimeout;
   backend.play(0, tc);
   backend.delta(0, "A");
   serving::Update pre;
   pre.kind = K::kPreempted;
-  pre.reason = "kv_pressure";
+  pre.reason = sched::Reason::kKvPressure;
   backend.play(0, pre);
   backend.delta(0, "B");
   backend.done(0, 10, 2);
@@ -264,8 +274,8 @@ TEST_F(AppTest, PromotionWithinTheTierIsNoDegradation) {
   backend.admit(0, "ultrafast");
   serving::Update tc;
   tc.kind = K::kTierChanged;
-  tc.tier_requested = tc.tier_served = "ultrafast";  // promoted to the head of its line
-  tc.reason = "queue_timeout";
+  tc.tier_requested = tc.tier_served = rank_of("ultrafast");  // promoted to the head of its line
+  tc.reason = sched::Reason::kQueueTimeout;
   backend.play(0, tc);
   backend.done(0, 1, 0);
   EXPECT_EQ(rec->header("x-tierserve-tier-served"), "ultrafast");
@@ -275,13 +285,14 @@ TEST_F(AppTest, PromotionWithinTheTierIsNoDegradation) {
 
 TEST_F(AppTest, SchedulerRejectionsMapTo429And503WithRetryAfter) {
   make();
-  for (auto [reason, status] : {std::pair{"queue_full", 429}, {"predicted_wait", 429}, {"overloaded", 503},
-                                {"shed_for_higher_tier", 503}}) {
+  using R = sched::Reason;
+  for (auto [reason, status] : {std::pair{R::kQueueFull, 429}, {R::kPredictedWait, 429}, {R::kOverloaded, 503},
+                                {R::kShedForHigherTier, 503}}) {
     auto rec = call(post("/v1/completions", R"({"prompt":"a","stream":true})"));
     serving::Update u;
     u.kind = K::kAdmitted;
     u.accepted = false;
-    u.tier_requested = u.tier_served = "standard";
+    u.tier_requested = u.tier_served = rank_of("standard");
     u.reason = reason;
     u.message = "no room";
     u.retry_after_ms = 2500;
@@ -289,7 +300,7 @@ TEST_F(AppTest, SchedulerRejectionsMapTo429And503WithRetryAfter) {
     EXPECT_EQ(rec->resp.status, status) << reason;
     EXPECT_FALSE(rec->streaming);
     EXPECT_EQ(rec->header("Retry-After"), "3") << reason;
-    EXPECT_EQ(rec->body()["error"]["code"], reason);
+    EXPECT_EQ(rec->body()["error"]["code"], sched::reason_name(reason));
   }
 }
 
@@ -300,7 +311,7 @@ TEST_F(AppTest, FailureMidStreamIsAnErrorEvent) {
   backend.delta(0, "x");
   serving::Update f;
   f.kind = K::kFailed;
-  f.reason = "cancelled";
+  f.reason = sched::Reason::kCancelled;
   f.message = "server shutting down";
   backend.play(0, f);
   EXPECT_TRUE(rec->ended);
@@ -433,7 +444,7 @@ TEST_F(AppTest, ServiceTierValuesInAndOut) {
   EXPECT_EQ(app->openai_tier("batch"), "flex");
   auto rec = call(post("/v1/completions", R"({"prompt":"a","service_tier":"auto","max_tokens":2})"));
   ASSERT_EQ(backend.reqs.size(), 1u);
-  EXPECT_EQ(backend.reqs[0].tier, "standard");
+  EXPECT_EQ(backend.reqs[0].tier, rank_of("standard"));
   backend.admit(0, "batch");  // downgraded while queued
   backend.done(0, 1, 2);
   EXPECT_EQ(rec->body()["service_tier"], "flex");
@@ -458,15 +469,15 @@ TEST_F(AppTest, BodyPriorityMapsToTiers) {
     backend.reqs.clear();
     call(post("/v1/completions", std::string(R"({"prompt":"a","max_tokens":2,"priority":)") + p + "}"));
     ASSERT_EQ(backend.reqs.size(), 1u) << p;
-    EXPECT_EQ(backend.reqs[0].tier, tier) << p;
+    EXPECT_EQ(backend.reqs[0].tier, rank_of(tier)) << p;
   }
   // service_tier wins; "auto" leaves it to the priority.
   backend.reqs.clear();
   call(post("/v1/completions", R"({"prompt":"a","max_tokens":2,"priority":100,"service_tier":"flex"})"));
   call(post("/v1/completions", R"({"prompt":"a","max_tokens":2,"priority":100,"service_tier":"auto"})"));
   ASSERT_EQ(backend.reqs.size(), 2u);
-  EXPECT_EQ(backend.reqs[0].tier, "batch");
-  EXPECT_EQ(backend.reqs[1].tier, "ultrafast");
+  EXPECT_EQ(backend.reqs[0].tier, rank_of("batch"));
+  EXPECT_EQ(backend.reqs[1].tier, rank_of("ultrafast"));
   // Not an int32: a typed 400, nothing queued.
   backend.reqs.clear();
   for (const char* p : {R"("high")", "1.5", "2147483648", "true", "[1]"}) {
@@ -627,7 +638,7 @@ TEST_F(AppTest, UnentitledTierIsDowngradedAndToldSo) {
   make(with_keys(OnUnentitled::kDowngrade));
   auto rec = call(post("/v1/completions", R"({"prompt":"a","max_tokens":4,"service_tier":"priority"})", "sk-limited"));
   ASSERT_EQ(backend.reqs.size(), 1u);
-  EXPECT_EQ(backend.reqs[0].tier, "standard");  // the best allowed tier below ultrafast
+  EXPECT_EQ(backend.reqs[0].tier, rank_of("standard"));  // the best allowed tier below ultrafast
   EXPECT_NE(backend.reqs[0].isolation_key, 0u);
   backend.admit(0, "standard");
   backend.done(0, 1, 0);
@@ -644,7 +655,7 @@ TEST_F(AppTest, UnentitledTierIsDowngradedAndToldSo) {
   EXPECT_EQ(rec->header("x-ratelimit-reset-requests"), "30s");
   // The key's default tier applies when the request names none.
   call(post("/v1/completions", R"({"prompt":"a","max_tokens":4})", "sk-limited"));
-  EXPECT_EQ(backend.reqs.at(1).tier, "batch");
+  EXPECT_EQ(backend.reqs.at(1).tier, rank_of("batch"));
   // The degradation was counted.
   const std::string text = call(get("/metrics", "sk-gold"))->resp.body;
   EXPECT_NE(text.find(R"(tierserve_degradations_total{tier_requested="ultrafast",tier_served="standard",reason="not_entitled"} 1)"),

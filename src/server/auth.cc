@@ -66,17 +66,15 @@ bool KeyState::allows_tier(const std::string& tier) const {
   return cfg_.tiers.empty() || std::find(cfg_.tiers.begin(), cfg_.tiers.end(), tier) != cfg_.tiers.end();
 }
 
-std::string KeyState::served_tier(const std::string& requested,
-                                  const std::function<int32_t(const std::string&)>& priority) const {
-  const int32_t want = priority(requested);
-  std::string below, any;
-  int32_t below_p = INT32_MAX, any_p = INT32_MAX;
-  for (const auto& t : cfg_.tiers) {
-    const int32_t p = priority(t);
-    if (p >= want && p < below_p) below = t, below_p = p;
-    if (p < any_p) any = t, any_p = p;
-  }
-  return !below.empty() ? below : !cfg_.default_tier.empty() ? cfg_.default_tier : any;
+sched::Move KeyState::entitlement(sched::TierId requested, const std::vector<std::string>& tiers, bool reject) const {
+  auto rank = [&](const std::string& name) {
+    const auto it = std::find(tiers.begin(), tiers.end(), name);
+    return it == tiers.end() ? sched::TierId(-1) : sched::TierId(it - tiers.begin());
+  };
+  std::vector<sched::TierId> allowed;
+  for (const std::string& t : cfg_.tiers)
+    if (const sched::TierId r = rank(t); r >= 0) allowed.push_back(r);
+  return sched::entitlement_move(requested, allowed, cfg_.default_tier.empty() ? -1 : rank(cfg_.default_tier), reject);
 }
 
 RateLimitInfo KeyState::info_locked(int64_t now) {

@@ -21,15 +21,32 @@
 namespace ts::server {
 namespace {
 
-// The HTTP status for a request the scheduler turned away or ended, by reason name
-// (sched::reason_name): global shedding is 503, a tier's own limits 429 (docs/architecture.md).
-int status_for_reason(const std::string& reason) {
-  if (reason == "overloaded" || reason == "shed_for_higher_tier" || reason == "kv_exhausted" || reason == "cancelled" ||
-      reason == "shutdown" || reason == "draining")
-    return 503;
-  if (reason == "queue_full" || reason == "predicted_wait" || reason == "queue_timeout") return 429;
-  if (reason == "too_large" || reason == "invalid_request") return 400;
+// The HTTP status for a request the scheduler turned away or ended: global shedding is
+// 503, a tier's own limits 429 (docs/architecture.md).
+int status_for_reason(sched::Reason reason) {
+  using R = sched::Reason;
+  switch (reason) {
+    case R::kOverloaded:
+    case R::kShedForHigherTier:
+    case R::kKvExhausted:
+    case R::kCancelled:
+    case R::kShutdown: return 503;
+    case R::kQueueFull:
+    case R::kPredictedWait:
+    case R::kQueueTimeout: return 429;
+    case R::kTooLarge:
+    case R::kInvalidRequest: return 400;
+    case R::kNotEntitled: return 403;
+    case R::kNone:
+    case R::kKvPressure:
+    case R::kEngineError: return 500;
+  }
   return 500;
+}
+
+// The reason as text, or `otherwise` for kNone.
+std::string reason_text(sched::Reason r, const char* otherwise) {
+  return r == sched::Reason::kNone ? otherwise : sched::reason_name(r);
 }
 
 ApiError error_for_update(const serving::Update& u) {
@@ -37,7 +54,7 @@ ApiError error_for_update(const serving::Update& u) {
   ApiError e;
   e.status = status;
   e.type = status == 400 ? "invalid_request_error" : status == 429 ? "rate_limit_error" : "server_error";
-  e.code = u.reason.empty() ? "error" : u.reason;
+  e.code = reason_text(u.reason, "error");
   e.message = u.message.empty() ? "request ended: " + e.code : u.message;
   if (status == 429 || status == 503) e.retry_after_ms = std::max<int64_t>(u.retry_after_ms, 1000);
   return e;
@@ -166,17 +183,17 @@ struct Exchange {
     switch (u.kind) {
       case K::kAdmitted:
         if (!u.accepted) {
-          served.tier_served = u.tier_served.empty() ? served.tier_served : u.tier_served;
+          if (u.tier_served >= 0) served.tier_served = app->tier_name(u.tier_served);
           release(0, true);
           fail(error_for_update(u));
           return;
         }
-        if (!u.tier_served.empty() && u.tier_served != served.tier_served) {
-          served.tier_served = u.tier_served;
-          served.service_tier = app->openai_tier(u.tier_served);
-          served.degraded_reason = u.reason.empty() ? "downgraded" : u.reason;
-          comment("tierserve tier_changed from=" + u.tier_requested + " to=" + u.tier_served + " reason=" +
-                  served.degraded_reason);
+        if (u.tier_served >= 0 && app->tier_name(u.tier_served) != served.tier_served) {
+          served.tier_served = app->tier_name(u.tier_served);
+          served.service_tier = app->openai_tier(served.tier_served);
+          served.degraded_reason = reason_text(u.reason, "downgraded");
+          comment("tierserve tier_changed from=" + app->tier_name(u.tier_requested) + " to=" + served.tier_served +
+                  " reason=" + served.degraded_reason);
         }
         if (stream) start_stream();  // headers at admission
         return;
@@ -185,20 +202,19 @@ struct Exchange {
         return;
       case K::kTierChanged: {
         const std::string from = served.tier_served;
-        served.tier_served = u.tier_served;
-        served.service_tier = app->openai_tier(u.tier_served);
+        served.tier_served = app->tier_name(u.tier_served);
+        served.service_tier = app->openai_tier(served.tier_served);
         // The reason explains a difference; a promotion back to (or within) the requested
         // tier leaves none.
         if (served.tier_served == served.tier_requested) served.degraded_reason.clear();
-        else served.degraded_reason = u.reason.empty() ? "tier_changed" : u.reason;
-        comment("tierserve tier_changed from=" + from + " to=" + u.tier_served + " reason=" +
-                (u.reason.empty() ? std::string("none") : u.reason));
+        else served.degraded_reason = reason_text(u.reason, "tier_changed");
+        comment("tierserve tier_changed from=" + from + " to=" + served.tier_served + " reason=" +
+                reason_text(u.reason, "none"));
         return;
       }
       case K::kPreempted:
         ++served.preemptions;
-        comment("tierserve preempted tier=" + served.tier_served + " reason=" +
-                (u.reason.empty() ? std::string("kv_pressure") : u.reason));
+        comment("tierserve preempted tier=" + served.tier_served + " reason=" + reason_text(u.reason, "kv_pressure"));
         return;
       case K::kDelta:
         if (ended) return;
@@ -305,17 +321,23 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   if (requested.empty())
     requested = key && !key->config().default_tier.empty() ? key->config().default_tier : cfg_.default_tier;
   if (rec) rec->tier_requested = requested;
-  std::string tier = requested;
+  // The entitlement rule; from here on the tier travels as its rank.
+  const sched::TierId requested_rank = tier_index(requested);
+  sched::TierId tier_rank = requested_rank;
   std::string entitlement_reason;
-  if (key && !key->allows_tier(requested)) {
-    if (cfg_.on_unentitled == OnUnentitled::kReject) {
+  if (key) {
+    const sched::Move m = key->entitlement(requested_rank, tier_names_, cfg_.on_unentitled == OnUnentitled::kReject);
+    if (m.kind == sched::Move::kReject) {
       out->respond(error_response(tier_not_entitled(requested)));
       return;
     }
-    tier = key->served_tier(requested, [this](const std::string& t) { return tier_priority(t); });
-    entitlement_reason = "not_entitled";
-    count_degradation(requested, tier, entitlement_reason);
+    if (m.kind == sched::Move::kToTier) {
+      tier_rank = m.tier;
+      entitlement_reason = sched::reason_name(sched::Reason::kNotEntitled);
+      count_degradation(requested, tier_name(tier_rank), entitlement_reason);
+    }
   }
+  const std::string tier = tier_name(tier_rank);
 
   // Tokenize here, on the HTTP thread (the engine loop only decodes).
   std::vector<int32_t> prompt;
@@ -407,7 +429,7 @@ void App::completions(const HttpRequest& req, std::shared_ptr<Responder> out, En
   }
 
   serving::GenerateRequest g;
-  g.tier = tier;
+  g.tier = tier_rank;
   g.prompt = std::move(prompt);
   g.max_tokens = max_tokens;
   g.sampling.temperature = float(r.temperature);

@@ -19,16 +19,9 @@ namespace {
 
 constexpr int64_t kCorrelationInterval_ns = 1'000'000'000;
 
-const char* reason_or_empty(sched::Reason r) { return r == sched::Reason::kNone ? "" : sched::reason_name(r); }
-
 }  // namespace
 
 // --- helpers --------------------------------------------------------------------------
-
-int Service::Impl::label_of(const std::string& tier) const {
-  auto it = std::find(tier_names.begin(), tier_names.end(), tier);
-  return it == tier_names.end() ? 0 : int(it - tier_names.begin());
-}
 
 RequestState* Service::Impl::find(RequestId id) {
   auto it = reqs.find(id);
@@ -66,8 +59,8 @@ void Service::Impl::end(RequestId id, Update u) {
   if (engine->contains(id)) (void)engine->remove(id);
   const int64_t now = clock->now_ns();
   u.id = id;
-  if (u.tier_requested.empty()) u.tier_requested = r->req.tier;
-  if (u.tier_served.empty()) u.tier_served = r->tier_served;
+  if (u.tier_requested < 0) u.tier_requested = r->req.tier;
+  if (u.tier_served < 0) u.tier_served = r->tier_served;
   u.usage.prompt_tokens = int64_t(r->req.prompt.size());
   u.usage.completion_tokens = r->n_generated;
   u.usage.cached_prompt_tokens = r->n_cached_prompt;
@@ -82,11 +75,11 @@ void Service::Impl::end(RequestId id, Update u) {
   release_active(1);
 }
 
-void Service::Impl::end_failed(RequestId id, Outcome outcome, const std::string& reason, const std::string& message) {
+void Service::Impl::end_failed(RequestId id, Outcome outcome, sched::Reason reason, const std::string& message) {
   RequestState* r = find(id);
   if (!r) return;
-  metrics.request(label_of(r->tier_served), outcome);
-  if (outcome == Outcome::kRejected) metrics.degradation(r->req.tier, "none", reason);
+  metrics.request(r->tier_served, outcome);
+  if (outcome == Outcome::kRejected) metrics.degradation(r->req.tier, -1, reason);
   Update u;
   u.kind = Update::Kind::kFailed;
   u.accepted = true;
@@ -96,7 +89,7 @@ void Service::Impl::end_failed(RequestId id, Outcome outcome, const std::string&
 }
 
 void Service::Impl::end_done(RequestState& r, EndKind why) {
-  const int label = label_of(r.tier_served);
+  const int label = r.tier_served;
   const int64_t now = clock->now_ns();
   metrics.request(label, Outcome::kOk);
   metrics.duration(label, now - r.arrival_ns);
@@ -116,7 +109,7 @@ void Service::Impl::tier_gauges(const std::vector<int64_t>* tokens_by_label, dou
   for (const auto& [id, r] : reqs) {
     const std::optional<sched::RequestInfo> info = sched->info(id);
     if (!info) continue;
-    const size_t label = size_t(label_of(r->tier_served));
+    const size_t label = size_t(r->tier_served);
     if (info->state == sched::RequestState::kRunning) ++running[label];
     else ++queued[label];
     blocks[label] += info->n_blocks;
@@ -138,10 +131,10 @@ void Service::Impl::publish() {
 }
 
 void Service::Impl::publish_cost() {
-  std::vector<std::pair<std::string, int64_t>> bounds;
+  std::vector<std::pair<sched::TierId, int64_t>> bounds;
   for (sched::TierId t = 0; t < sched->n_tiers(); ++t)
-    if (auto b = sched->wait_bound_ns(t)) bounds.emplace_back(sched->tier(t).name(), *b);
-  for (const auto& [name, ns] : bounds) metrics.wait_bound(label_of(name), ns);
+    if (auto b = sched->wait_bound_ns(t)) bounds.emplace_back(t, *b);
+  for (const auto& [tier, ns] : bounds) metrics.wait_bound(tier, ns);
   const sched::StepCost c = cost->current();
   if (c.measured()) metrics.step_cost(c.fixed_ns, c.token_ns, c.output_ns);
   std::lock_guard<std::mutex> lk(mu);
@@ -154,10 +147,9 @@ void Service::Impl::publish_cost() {
 
 void Service::Impl::admit(std::vector<Pending>& in) {
   for (Pending& p : in) {
-    const std::optional<sched::TierId> tier = opts.fifo ? sched::TierId(0) : sched->find_tier(p.req.tier);
     sched::Request q;
     q.id = p.id;
-    q.tier = tier.value_or(-1);  // submit() checked the name; -1 would be refused
+    q.tier = opts.fifo ? sched::TierId(0) : p.req.tier;  // submit() checked the rank
     q.n_prompt_tokens = int64_t(p.req.prompt.size());
     q.max_output_tokens = p.max_tokens;
     q.preemption_budget = p.req.preemption_budget;
@@ -169,13 +161,13 @@ void Service::Impl::admit(std::vector<Pending>& in) {
     u.accepted = d.accepted;
     u.tier_requested = p.req.tier;
     // FIFO mode: one scheduler tier, but the request keeps its label.
-    u.tier_served = opts.fifo ? p.req.tier : tier_names[size_t(d.tier_served)];
-    u.reason = reason_or_empty(d.reason);
+    u.tier_served = opts.fifo ? p.req.tier : d.tier_served;
+    u.reason = d.reason;
     u.message = d.text;
     u.retry_after_ms = d.retry_after_ms;
     if (!d.accepted) {
-      metrics.request(label_of(p.req.tier), Outcome::kRejected);
-      metrics.degradation(p.req.tier, "none", u.reason);
+      metrics.request(p.req.tier, Outcome::kRejected);
+      metrics.degradation(p.req.tier, -1, u.reason);
       try {
         p.cb(u);
       } catch (...) {
@@ -190,7 +182,7 @@ void Service::Impl::admit(std::vector<Pending>& in) {
     RequestState& ref = *r;
     reqs.emplace(p.id, std::move(r));
     if (u.tier_served != u.tier_requested) {
-      metrics.request(label_of(u.tier_served), Outcome::kDowngraded);
+      metrics.request(u.tier_served, Outcome::kDowngraded);
       metrics.degradation(u.tier_requested, u.tier_served, u.reason);
     }
     deliver(ref, u);
@@ -201,7 +193,7 @@ void Service::Impl::apply_cancels(const std::vector<RequestId>& ids) {
   for (RequestId id : ids) {
     if (!find(id)) continue;  // unknown or already ended: a no-op
     (void)sched->cancel(id);
-    end_failed(id, Outcome::kCancelled, "cancelled", "cancelled by the client");
+    end_failed(id, Outcome::kCancelled, sched::Reason::kCancelled, "cancelled by the client");
   }
 }
 
@@ -215,17 +207,17 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
       case sched::EventKind::kPromoted:
       case sched::EventKind::kDowngraded: {
         const bool promoted = e.kind == sched::EventKind::kPromoted;
-        const std::string served = opts.fifo ? r->tier_label : tier_names[size_t(e.to_tier)];
+        const sched::TierId served = opts.fifo ? r->tier_label : e.to_tier;
         r->tier_served = served;
-        metrics.request(label_of(served), promoted ? Outcome::kPromoted : Outcome::kDowngraded);
-        if (!promoted) metrics.degradation(r->req.tier, served, reason_or_empty(e.reason));
+        metrics.request(served, promoted ? Outcome::kPromoted : Outcome::kDowngraded);
+        if (!promoted) metrics.degradation(r->req.tier, served, e.reason);
         Update u;
         u.kind = Update::Kind::kTierChanged;
         u.id = e.id;
         u.accepted = true;
         u.tier_requested = r->req.tier;
         u.tier_served = served;
-        u.reason = reason_or_empty(e.reason);
+        u.reason = e.reason;
         u.message = e.text;
         deliver(*r, u);
         break;
@@ -233,23 +225,23 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
       case sched::EventKind::kPreempted: {
         ++r->n_preemptions;
         r->n_computed = 0;
-        metrics.request(label_of(r->tier_served), Outcome::kPreempted);
+        metrics.request(r->tier_served, Outcome::kPreempted);
         Update u;
         u.kind = Update::Kind::kPreempted;
         u.id = e.id;
         u.accepted = true;
         u.tier_requested = r->req.tier;
         u.tier_served = r->tier_served;
-        u.reason = reason_or_empty(e.reason);
+        u.reason = e.reason;
         u.message = e.text;
         deliver(*r, u);
         break;
       }
       case sched::EventKind::kRejected:
-        end_failed(e.id, Outcome::kRejected, reason_or_empty(e.reason), e.text);
+        end_failed(e.id, Outcome::kRejected, e.reason, e.text);
         break;
       case sched::EventKind::kFailed:
-        end_failed(e.id, Outcome::kError, reason_or_empty(e.reason), e.text);
+        end_failed(e.id, Outcome::kError, e.reason, e.text);
         break;
       case sched::EventKind::kFinished:
         // The loop ends requests when their last token arrives, before the scheduler
@@ -257,7 +249,7 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
         end_done(*r, EndKind::kLength);
         break;
       case sched::EventKind::kCancelled:
-        end_failed(e.id, Outcome::kCancelled, "cancelled", e.text);
+        end_failed(e.id, Outcome::kCancelled, sched::Reason::kCancelled, e.text);
         break;
     }
   }
@@ -353,7 +345,7 @@ Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sche
       rr.id = e.id;
       rr.outcome = sched::StepOutcome::kInvalid;
       up.requests.push_back(rr);
-      if (r) end_failed(e.id, Outcome::kError, "engine_error", error);
+      if (r) end_failed(e.id, Outcome::kError, sched::Reason::kEngineError, error);
       continue;
     }
     engine::SeqStep s;
@@ -383,7 +375,7 @@ void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqSte
   rr.n_blocks = sr.n_blocks;
   switch (sr.outcome) {
     case engine::SeqOutcome::kOk: {
-      const int label = label_of(r.tier_served);
+      const int label = r.tier_served;
       tokens_by_label[size_t(label)] += int64_t(ss.tokens.size());
       r.n_computed = sr.n_computed;
       if (!r.computed_once) {
@@ -459,7 +451,7 @@ void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqSte
       break;
     case engine::SeqOutcome::kInvalid:
       rr.outcome = sched::StepOutcome::kInvalid;
-      end_failed(e.id, Outcome::kError, "engine_error", sr.error);
+      end_failed(e.id, Outcome::kError, sched::Reason::kEngineError, sr.error);
       break;
   }
   up.requests.push_back(rr);
@@ -547,7 +539,7 @@ void Service::Impl::shutdown_all(std::vector<Pending>& in) {
     u.accepted = false;
     u.tier_requested = p.req.tier;
     u.tier_served = p.req.tier;
-    u.reason = "overloaded";  // the server's 503: try again elsewhere
+    u.reason = sched::Reason::kOverloaded;  // the server's 503: try again elsewhere
     u.message = "the service is shutting down";
     u.retry_after_ms = 1000;
     try {
@@ -562,7 +554,7 @@ void Service::Impl::shutdown_all(std::vector<Pending>& in) {
   std::sort(ids.begin(), ids.end());
   for (RequestId id : ids) {
     (void)sched->cancel(id);
-    end_failed(id, Outcome::kCancelled, "shutdown", "the service is shutting down");
+    end_failed(id, Outcome::kCancelled, sched::Reason::kShutdown, "the service is shutting down");
   }
   publish();
 }

@@ -28,8 +28,8 @@ struct RequestState {
   RequestId id;
   GenerateRequest req;
   Callback cb;
-  std::string tier_label;         // the requested tier: the label of its metrics
-  std::string tier_served;        // by name, as last reported to the client
+  sched::TierId tier_label = 0;   // the requested tier: the label of its metrics
+  sched::TierId tier_served = 0;  // as last reported to the client
   int64_t max_tokens = 0;         // after the service's caps
 
   // Tokens: prompt + generated; the engine holds KV for [0, n_computed).

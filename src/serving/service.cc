@@ -82,9 +82,7 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
   impl->max_seq_len = impl->engine->max_seq_len();
   impl->n_vocab = model.config().n_vocab;
   impl->kv = kv;
-  if (!opts.fifo)
-    for (const sched::TierConfig& t : cfg.tiers)
-      if (t.interrupt) impl->interrupting.push_back(t.name);
+  for (const sched::TierConfig& t : cfg.tiers) impl->interrupting.push_back(!opts.fifo && t.interrupt);
   impl->engine->set_interrupt_flag(&impl->interrupt);
   Impl* p = impl.get();
   std::unique_ptr<Service> svc(new Service(std::move(impl)));
@@ -98,8 +96,9 @@ Service::~Service() { shutdown(); }
 
 Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
   Impl& m = *impl_;
-  if (std::find(m.tier_names.begin(), m.tier_names.end(), req.tier) == m.tier_names.end())
-    return invalid_argument("unknown tier '" + req.tier + "'");
+  if (req.tier < 0 || size_t(req.tier) >= m.tier_names.size())
+    return invalid_argument("unknown tier " + std::to_string(req.tier) + " (the service has " +
+                            std::to_string(m.tier_names.size()) + ")");
   if (req.prompt.empty()) return invalid_argument("empty prompt");
   for (int32_t t : req.prompt)
     if (t < 0 || t >= m.n_vocab)
@@ -127,8 +126,7 @@ Result<RequestId> Service::submit(GenerateRequest req, Callback cb) {
     if (m.draining) return unavailable("the service is draining");
     id = m.next_id++;
     ++m.n_active;
-    const bool interrupts =
-        std::find(m.interrupting.begin(), m.interrupting.end(), req.tier) != m.interrupting.end();
+    const bool interrupts = m.interrupting[size_t(req.tier)];
     m.inbox.push_back(Impl::Pending{id, std::move(req), std::move(cb), max_tokens, arrival});
     if (interrupts) m.interrupt.store(true, std::memory_order_relaxed);
   }

@@ -40,7 +40,7 @@ struct Service::Impl {
   std::vector<std::string> tier_names;  // priority order; the labels of responses and metrics
   int64_t max_seq_len = 0;
   int64_t n_vocab = 0;
-  std::vector<std::string> interrupting;  // tiers whose arrivals interrupt a step (not in FIFO mode)
+  std::vector<bool> interrupting;  // by tier: its arrivals interrupt a step (never in FIFO mode)
 
   // Raised by submit() for an interrupting tier, cleared by the loop when it takes the
   // inbox; the engine watches it during interruptible steps.
@@ -80,7 +80,7 @@ struct Service::Impl {
   engine::KvStats kv;
   sched::StepCost cost_now;       // cost->current(), and what it implies, for stats()
   double cost_scale = 1.0;
-  std::vector<std::pair<std::string, int64_t>> wait_bounds;
+  std::vector<std::pair<sched::TierId, int64_t>> wait_bounds;
   std::thread thread;
 
   // --- loop.cc -------------------------------------------------------------------------
@@ -112,12 +112,11 @@ struct Service::Impl {
   void shutdown_all(std::vector<Pending>& in);
 
   // Helpers.
-  int label_of(const std::string& tier) const;  // index into tier_names (0 if unknown)
   RequestState* find(RequestId id);
   void deliver(RequestState& r, const Update& u);
   // Delivers the final update, frees the engine sequence and forgets the request.
   void end(RequestId id, Update u);
-  void end_failed(RequestId id, Outcome outcome, const std::string& reason, const std::string& message);
+  void end_failed(RequestId id, Outcome outcome, sched::Reason reason, const std::string& message);
   void end_done(RequestState& r, EndKind why);
   void release_active(int64_t n);
 };

@@ -55,12 +55,17 @@ void ServiceMetrics::tokens_out(int tier, int64_t n) {
   if (reg_ && n > 0) tiers_[size_t(tier)].out->inc(uint64_t(n));
 }
 
-void ServiceMetrics::degradation(const std::string& requested, const std::string& served, const std::string& reason) {
+void ServiceMetrics::degradation(int requested, int served, sched::Reason reason) {
   if (!reg_) return;
-  auto key = std::make_tuple(requested, served, reason);
+  const auto key = std::make_tuple(requested, served, reason);
   auto it = degradations_.find(key);
-  if (it == degradations_.end())  // rare: the registry's mutex only on a new label set
-    it = degradations_.emplace(key, reg_->counter(idx(Metric::kDegradations), {requested, served, reason})).first;
+  if (it == degradations_.end()) {  // rare: the registry's mutex only on a new label set
+    const char* why = reason == sched::Reason::kNone ? "" : sched::reason_name(reason);
+    it = degradations_
+             .emplace(key, reg_->counter(idx(Metric::kDegradations),
+                                         {names_[size_t(requested)], served < 0 ? "none" : names_[size_t(served)], why}))
+             .first;
+  }
   it->second->inc();
 }
 

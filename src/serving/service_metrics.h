@@ -14,6 +14,7 @@
 
 #include "metrics/correlation.h"
 #include "metrics/registry.h"
+#include "sched/request.h"
 
 namespace ts::serving {
 
@@ -29,8 +30,8 @@ class ServiceMetrics {
   void request(int tier, Outcome o);
   void tokens_in(int tier, int64_t n);
   void tokens_out(int tier, int64_t n);
-  // A request served on another tier than requested, or refused (tier_served "none").
-  void degradation(const std::string& requested, const std::string& served, const std::string& reason);
+  // A request served on another tier than requested, or refused (served -1: label "none").
+  void degradation(int requested, int served, sched::Reason reason);
   void queue_time(int tier, int64_t ns);
   void ttft(int tier, int64_t ns);
   void tpot(int tier, int64_t ns_per_token);
@@ -74,7 +75,7 @@ class ServiceMetrics {
   metrics::Gauge* correlation_ = nullptr;
   metrics::LatencyCorrelator corr_{60};
   int64_t last_tick_ns_ = -1;
-  std::map<std::tuple<std::string, std::string, std::string>, metrics::Counter*> degradations_;
+  std::map<std::tuple<int, int, sched::Reason>, metrics::Counter*> degradations_;
 };
 
 }  // namespace ts::serving

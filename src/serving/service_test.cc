@@ -17,6 +17,7 @@ namespace ts::serving {
 namespace {
 
 using testing::LoadedModel;
+using testing::rank_of;
 using testing::Recorder;
 
 engine::SamplingParams seeded(uint64_t seed) {
@@ -50,7 +51,7 @@ void expect_batched_equals_solo(LoadedModel& m, int n_req, int n_gen) {
   std::vector<std::unique_ptr<Case>> cases;
   for (int i = 0; i < n_req; ++i) {
     auto c = std::make_unique<Case>();
-    c->req.tier = i % 3 == 0 ? "fast" : "slow";
+    c->req.tier = rank_of(i % 3 == 0 ? "fast" : "slow");
     c->req.prompt = testing::random_prompt(rng, 1 + (i * 29 + 7) % 70, m.model->config().n_vocab);
     c->req.max_tokens = n_gen;
     c->req.ignore_eos = true;
@@ -119,7 +120,7 @@ TEST(ServiceBatching, DefaultModelChatEqualsSolo) {
     auto text = svc->chat_template().render(msgs, true);
     ASSERT_TRUE(text.is_ok());
     GenerateRequest r;
-    r.tier = i == 0 ? "fast" : "slow";
+    r.tier = rank_of(i == 0 ? "fast" : "slow");
     r.prompt = svc->tokenizer().encode(*text, true, true);
     r.max_tokens = 10;
     reqs.push_back(r);
@@ -156,7 +157,7 @@ TEST(ServiceText, StopStringsAndMaxTokens) {
   {
     Recorder rec;
     GenerateRequest r;
-    r.tier = "slow";
+    r.tier = rank_of("slow");
     r.prompt = prompt;
     r.max_tokens = 60;
     r.ignore_eos = true;
@@ -174,7 +175,7 @@ TEST(ServiceText, StopStringsAndMaxTokens) {
   for (int n : {1, 7}) {
     Recorder rec;
     GenerateRequest r;
-    r.tier = "fast";
+    r.tier = rank_of("fast");
     r.prompt = prompt;
     r.max_tokens = n;
     r.ignore_eos = true;
@@ -193,7 +194,7 @@ TEST(ServiceText, StopStringsAndMaxTokens) {
   {
     Recorder rec;
     GenerateRequest r;
-    r.tier = "slow";
+    r.tier = rank_of("slow");
     r.prompt = prompt;
     r.max_tokens = 400;
     ASSERT_TRUE(svc->submit(r, rec.callback()).is_ok());
@@ -222,7 +223,7 @@ TEST(ServiceText, DeltasAreValidUtf8) {
   for (int i = 0; i < 4; ++i) {
     Recorder rec;
     GenerateRequest r;
-    r.tier = "slow";
+    r.tier = rank_of("slow");
     r.prompt = testing::random_prompt(rng, 9, m.model->config().n_vocab);
     r.max_tokens = 40;
     r.ignore_eos = true;
@@ -251,7 +252,7 @@ TEST(ServiceCancel, FreesTheSequenceWithinOneStep) {
   ASSERT_TRUE(svc);
   Recorder rec;
   GenerateRequest r;
-  r.tier = "fast";
+  r.tier = rank_of("fast");
   r.prompt = m.tok->encode("Once upon a time there was", true, false);
   r.max_tokens = 400;
   r.ignore_eos = true;
@@ -263,7 +264,7 @@ TEST(ServiceCancel, FreesTheSequenceWithinOneStep) {
   ASSERT_TRUE(rec.wait_final());
   const Update f = rec.final_update();
   EXPECT_EQ(f.kind, Update::Kind::kFailed);
-  EXPECT_EQ(f.reason, "cancelled");
+  EXPECT_EQ(f.reason, sched::Reason::kCancelled);
   EXPECT_LT(f.usage.completion_tokens, 400);
   ASSERT_TRUE(svc->wait_idle(2000));
   Stats st = svc->stats();
@@ -309,7 +310,7 @@ TEST(ServiceText, LogprobsOfEveryGeneratedToken) {
     SCOPED_TRACE(tier);
     Recorder rec;
     GenerateRequest r;
-    r.tier = tier;
+    r.tier = rank_of(tier);
     r.prompt = prompt;
     r.max_tokens = 40;
     r.ignore_eos = true;
@@ -335,7 +336,7 @@ TEST(ServiceText, LogprobsOfEveryGeneratedToken) {
   // Off by default: no entries.
   Recorder rec;
   GenerateRequest r;
-  r.tier = "fast";
+  r.tier = rank_of("fast");
   r.prompt = prompt;
   r.max_tokens = 8;
   ASSERT_TRUE(svc->submit(r, rec.callback()).is_ok());
@@ -352,10 +353,10 @@ TEST(ServiceSubmit, Validation) {
   ASSERT_TRUE(svc);
   Recorder rec;
   GenerateRequest ok;
-  ok.tier = "fast";
+  ok.tier = rank_of("fast");
   ok.prompt = {1, 2, 3};
   auto bad = ok;
-  bad.tier = "gold";
+  bad.tier = rank_of("gold");
   EXPECT_EQ(svc->submit(bad, rec.callback()).status().code(), StatusCode::kInvalidArgument);
   bad = ok;
   bad.prompt.clear();
@@ -410,7 +411,7 @@ TEST(ServiceDrain, InFlightCompleteNewRefused) {
   for (int i = 0; i < 5; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = i % 2 ? "fast" : "slow";
+    r.tier = rank_of(i % 2 ? "fast" : "slow");
     r.prompt = {1, int32_t(10 + i), 20, 30};
     r.max_tokens = 30;
     r.ignore_eos = true;
@@ -420,7 +421,7 @@ TEST(ServiceDrain, InFlightCompleteNewRefused) {
   EXPECT_TRUE(svc->stats().draining);
   Recorder late;
   GenerateRequest r;
-  r.tier = "fast";
+  r.tier = rank_of("fast");
   r.prompt = {1, 2};
   EXPECT_EQ(svc->submit(r, late.callback()).status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(svc->wait_idle(20000));
@@ -443,7 +444,7 @@ TEST(ServiceDrain, ShutdownEndsEverything) {
   for (int i = 0; i < 6; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = "slow";
+    r.tier = rank_of("slow");
     r.prompt = {1, int32_t(40 + i)};
     r.max_tokens = 400;
     r.ignore_eos = true;

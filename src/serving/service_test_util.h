@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -244,6 +245,12 @@ inline sched::TierConfig tier(const std::string& name, int32_t prio, double shar
   return t;
 }
 
+// The tests' tiers by rank (serving's TierId): "fast" and "slow" of two_tier_options, and
+// "bulk" where a test adds it below them; unknown names get a rank no service has.
+inline sched::TierId rank_of(const std::string& name) {
+  return name == "fast" ? 0 : name == "slow" ? 1 : name == "bulk" ? 2 : 99;
+}
+
 // Two tiers: "fast" (cap 0.6, borrows) and "slow" (floor 0.3).
 inline ServiceOptions two_tier_options(int64_t n_blocks = 256, int64_t budget = 64, int64_t chunk = 16) {
   ServiceOptions o;
@@ -258,3 +265,9 @@ inline ServiceOptions two_tier_options(int64_t n_blocks = 256, int64_t budget = 
 }
 
 }  // namespace ts::serving::testing
+
+namespace ts::sched {
+// gtest messages print a reason by its name.
+inline std::ostream& operator<<(std::ostream& os, Reason r) { return os << reason_name(r); }
+inline void PrintTo(Reason r, std::ostream* os) { *os << reason_name(r); }
+}  // namespace ts::sched

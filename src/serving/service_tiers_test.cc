@@ -21,6 +21,7 @@ namespace {
 using metrics::idx;
 using metrics::Metric;
 using testing::LoadedModel;
+using testing::rank_of;
 using testing::Recorder;
 
 std::unique_ptr<Service> make_service(LoadedModel& m, const ServiceOptions& o, metrics::Registry* reg = nullptr,
@@ -69,7 +70,7 @@ struct Cases {
 // A request of `tier` with a random prompt that generates through EOS.
 GenerateRequest random_request(Rng& rng, LoadedModel& m, const std::string& tier, int n_prompt, int n_gen) {
   GenerateRequest r;
-  r.tier = tier;
+  r.tier = rank_of(tier);
   r.prompt = testing::random_prompt(rng, n_prompt, m.model->config().n_vocab);
   r.max_tokens = n_gen;
   r.ignore_eos = true;
@@ -122,7 +123,7 @@ TEST(ServiceTiers, TightKvOverloadCompletesEveryAcceptedRequest) {
   for (int i = 0; i < 48; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = rng.next_u64() % 3 == 0 ? "fast" : "slow";
+    r.tier = rank_of(rng.next_u64() % 3 == 0 ? "fast" : "slow");
     r.prompt = testing::random_prompt(rng, 1 + int(rng.next_u64() % 60), m.model->config().n_vocab);
     r.max_tokens = 1 + int64_t(rng.next_u64() % 60);
     r.ignore_eos = true;
@@ -242,7 +243,7 @@ TEST_P(ServiceTimeouts, Delivered) {
     if (!moved.exchange(true)) clock.advance_ns(1'000'000'000);  // on the loop thread
   });
   GenerateRequest r;
-  r.tier = tc.tier;
+  r.tier = rank_of(tc.tier);
   r.prompt = {1, 100, 200, 300};
   r.max_tokens = 40;
   r.ignore_eos = true;
@@ -259,7 +260,7 @@ TEST_P(ServiceTimeouts, Delivered) {
   EXPECT_TRUE(ups[0].accepted);
   if (tc.on_timeout == "reject") {
     EXPECT_EQ(f.kind, Update::Kind::kFailed);
-    EXPECT_EQ(f.reason, "queue_timeout");
+    EXPECT_EQ(f.reason, sched::Reason::kQueueTimeout);
     EXPECT_FALSE(f.message.empty());
     EXPECT_EQ(f.usage.completion_tokens, 0);
     EXPECT_EQ(counter(*reg, Metric::kRequests, {tc.tier, "rejected"}), 1u);
@@ -267,11 +268,11 @@ TEST_P(ServiceTimeouts, Delivered) {
   } else {
     const std::string to = tc.on_timeout == "promote" ? "fast" : "slow";
     EXPECT_EQ(ups[1].kind, Update::Kind::kTierChanged);
-    EXPECT_EQ(ups[1].tier_requested, tc.tier);
-    EXPECT_EQ(ups[1].tier_served, to);
-    EXPECT_EQ(ups[1].reason, "queue_timeout");
+    EXPECT_EQ(ups[1].tier_requested, rank_of(tc.tier));
+    EXPECT_EQ(ups[1].tier_served, rank_of(to));
+    EXPECT_EQ(ups[1].reason, sched::Reason::kQueueTimeout);
     EXPECT_EQ(f.kind, Update::Kind::kDone);
-    EXPECT_EQ(f.tier_served, to);
+    EXPECT_EQ(f.tier_served, rank_of(to));
     EXPECT_EQ(f.usage.completion_tokens, 40);
     const bool promoted = tc.on_timeout == "promote";
     EXPECT_EQ(counter(*reg, Metric::kRequests, {to, promoted ? "promoted" : "downgraded"}), 1u);
@@ -308,13 +309,13 @@ TEST(ServiceTiers, FullQueueRejectsAtAdmission) {
     if (u.kind == Update::Kind::kAdmitted) gate.wait();
   });
   GenerateRequest r;
-  r.tier = "fast";
+  r.tier = rank_of("fast");
   r.prompt = {1, 5, 6};
   r.max_tokens = 4;
   ASSERT_TRUE(svc->submit(r, blocker.callback()).is_ok());
   ASSERT_TRUE(blocker.wait_kind(Update::Kind::kAdmitted));
   std::vector<std::unique_ptr<Recorder>> recs;
-  r.tier = "slow";
+  r.tier = rank_of("slow");
   for (int i = 0; i < 8; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     ASSERT_TRUE(svc->submit(r, recs.back()->callback()).is_ok());
@@ -326,7 +327,7 @@ TEST(ServiceTiers, FullQueueRejectsAtAdmission) {
     const Update f = rec->final_update();
     if (f.kind == Update::Kind::kAdmitted) {
       EXPECT_FALSE(f.accepted);
-      EXPECT_EQ(f.reason, "queue_full");
+      EXPECT_EQ(f.reason, sched::Reason::kQueueFull);
       EXPECT_GT(f.retry_after_ms, 0);
       ++n_rejected;
     } else {
@@ -351,7 +352,7 @@ TEST(ServiceTiers, FifoKeepsLabels) {
   for (int i = 0; i < 6; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = i % 2 ? "fast" : "slow";
+    r.tier = rank_of(i % 2 ? "fast" : "slow");
     r.prompt = {1, int32_t(7 + i), 9};
     r.max_tokens = 5;
     r.ignore_eos = true;
@@ -360,7 +361,7 @@ TEST(ServiceTiers, FifoKeepsLabels) {
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(recs[size_t(i)]->wait_final());
     const auto ups = recs[size_t(i)]->updates();
-    EXPECT_EQ(ups.front().tier_served, i % 2 ? "fast" : "slow");
+    EXPECT_EQ(ups.front().tier_served, rank_of(i % 2 ? "fast" : "slow"));
     EXPECT_EQ(recs[size_t(i)]->final_update().kind, Update::Kind::kDone);
   }
   EXPECT_EQ(counter(*reg, Metric::kRequests, {"fast", "ok"}), 3u);
@@ -389,7 +390,7 @@ TEST(ServiceTiers, FifoServesInArrivalOrder) {
       if (u.kind == Update::Kind::kAdmitted) gate.wait();
     });
     GenerateRequest r;
-    r.tier = "slow";
+    r.tier = rank_of("slow");
     r.prompt = {1, 2, 3};
     r.max_tokens = 1;
     ASSERT_TRUE(svc->submit(r, blocker.callback()).is_ok());
@@ -404,7 +405,7 @@ TEST(ServiceTiers, FifoServesInArrivalOrder) {
           order.push_back(name);
         }
       });
-      r.tier = tier;
+      r.tier = rank_of(tier);
       r.max_tokens = 6;
       ASSERT_TRUE(svc->submit(r, recs.back()->callback()).is_ok());
     }
@@ -433,7 +434,7 @@ TEST(ServiceMetrics, SeriesMove) {
   for (int i = 0; i < 6; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = i < 2 ? "fast" : "slow";
+    r.tier = rank_of(i < 2 ? "fast" : "slow");
     r.prompt.assign(size_t(3 + i), int32_t(20 + i));
     r.max_tokens = 3 + i;
     r.ignore_eos = true;
@@ -444,7 +445,7 @@ TEST(ServiceMetrics, SeriesMove) {
   // One cancelled request.
   Recorder cancelled;
   GenerateRequest r;
-  r.tier = "slow";
+  r.tier = rank_of("slow");
   r.prompt = {1, 2, 3};
   r.max_tokens = 400;
   r.ignore_eos = true;
@@ -486,7 +487,7 @@ TEST(ServiceMetrics, LatencyCorrelationGauge) {
   ASSERT_TRUE(svc);
   auto run = [&](const std::string& tier, Recorder& rec) {
     GenerateRequest r;
-    r.tier = tier;
+    r.tier = rank_of(tier);
     r.prompt = {1, 2, 3};
     r.max_tokens = 2;
     r.ignore_eos = true;
@@ -531,7 +532,7 @@ TEST(ServiceProperty, ExactlyOneFinalUpdate) {
   for (int i = 0; i < 60; ++i) {
     recs.push_back(std::make_unique<Recorder>());
     GenerateRequest r;
-    r.tier = rng.next_u64() % 2 ? "fast" : "slow";
+    r.tier = rank_of(rng.next_u64() % 2 ? "fast" : "slow");
     r.prompt = testing::random_prompt(rng, 1 + int(rng.next_u64() % 40), m.model->config().n_vocab);
     r.max_tokens = 1 + int64_t(rng.next_u64() % 60);
     r.ignore_eos = rng.next_u64() % 2;

@@ -265,7 +265,8 @@ int cmd_serve(int argc, char** argv) {
     for (const auto& t : svc.sched_config().tiers)
       if (t.burst_tokens > 0) text += "; " + t.name + " burst " + std::to_string(t.burst_tokens) + " tokens";
     for (const auto& [tier, ns] : st0.wait_bound_ns)
-      text += "; " + tier + " waits behind other tiers at most " + std::to_string(int64_t(double(ns) / 1e6)) + " ms";
+      text += "; " + svc.sched_config().tiers[size_t(tier)].name + " waits behind other tiers at most " +
+              std::to_string(int64_t(double(ns) / 1e6)) + " ms";
     log_record(LogLevel::kInfo, text);
   } else {
     TS_LOG_INFO("tierserve serve: step cost not measured; step budget %lld tokens", (long long)st0.step_token_budget);

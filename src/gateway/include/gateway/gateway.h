@@ -105,7 +105,6 @@ class Gateway {
   void abort_calls_on(int worker);
   void ticker();
   std::optional<std::string> resolve_tier(const std::string& asked) const;
-  int tier_priority(const std::string& tier) const;
 
  public:  // for Exchange (gateway.cc)
   const GatewayConfig cfg_;

@@ -34,9 +34,11 @@ enum class Reason : uint8_t {
   kKvExhausted,        // no step possible without it and its preemption budget is spent
   kCancelled,          // by the client (disconnect) or the server
   kEngineError,        // the engine answered kInvalid
+  kShutdown,           // the service stopped with the request in flight
+  kNotEntitled,        // the key may not use the requested tier (entitlement_move)
 };
 
-// snake_case, stable: used in headers and metric labels.
+// snake_case, stable: used in headers and metric labels (the only place it becomes text).
 const char* reason_name(Reason r);
 
 // A scheduler decision about one request, in the order they were taken.

@@ -66,6 +66,13 @@ class RejectRule final : public TimeoutRule {
   EventKind event() const override { return EventKind::kRejected; }
 };
 
+// The entitlement rule, applied at arrival before the scheduler sees the request: a key
+// entitled to some tiers only (`allowed`, empty: all) asking for another one is rejected
+// when `reject`, else served on the highest allowed tier at or below the requested one,
+// failing that on the key's default tier (`key_default`, -1: none), failing that on its
+// best allowed tier. Tiers are ranks (0 = highest). The reason is Reason::kNotEntitled.
+Move entitlement_move(TierId requested, const std::vector<TierId>& allowed, TierId key_default, bool reject);
+
 class TierPolicy {
  public:
   // `id` is the tier's rank in priority order; the targets are the ranks of the on_timeout

@@ -69,6 +69,10 @@ class App {
   // OpenAI's service_tier value of a tier (what responses say): the first of priority,
   // default, flex, scale, auto that tier_aliases maps to it.
   std::string openai_tier(const std::string& tier) const;
+  // A tier's rank (serving's TierId: the configured tiers in priority order) and back; the
+  // name of an unknown rank is "".
+  sched::TierId tier_index(const std::string& name) const;
+  const std::string& tier_name(sched::TierId rank) const;
   bool serves_model(const std::string& name) const;
 
  private:
@@ -83,7 +87,6 @@ class App {
   void metrics_text(std::shared_ptr<Responder> out) const;
   void stats(std::shared_ptr<Responder> out) const;
   void health(std::shared_ptr<Responder> out, bool ready_check) const;
-  int32_t tier_priority(const std::string& name) const;
   void count_rejection(const std::string& tier) const;
   void count_degradation(const std::string& from, const std::string& to, const std::string& reason) const;
 
@@ -92,7 +95,7 @@ class App {
   metrics::Registry* registry_;
   const Clock& clock_;
   std::vector<std::string> model_names_;
-  std::vector<std::string> tier_names_;  // the configured tiers, in order
+  std::vector<std::string> tier_names_;  // the configured tiers by rank (priority order)
   KeyTable keys_;
   Router main_, admin_;
   std::atomic<bool> ready_{true};

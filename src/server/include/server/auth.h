@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "sched/tier_policy.h"
 #include "server/config.h"
 
 namespace ts::server {
@@ -71,10 +72,10 @@ class KeyState {
   const KeyConfig& config() const { return cfg_; }
   bool has_limits() const { return cfg_.requests_per_min > 0 || cfg_.tokens_per_min > 0 || cfg_.max_concurrent > 0; }
   bool allows_tier(const std::string& tier) const;
-  // The tier a request that asked for a tier this key may not use is served on: the best
-  // allowed one below it, else the key's default tier, else its best one. `priority` gives a
-  // tier's rank (0 first).
-  std::string served_tier(const std::string& requested, const std::function<int32_t(const std::string&)>& priority) const;
+  // The entitlement rule (sched::entitlement_move) for this key and a request of tier rank
+  // `requested`: kStay, kToTier (the best allowed one below it, else the key's default
+  // tier, else its best one) or kReject when `reject`. `tiers`: the tier names by rank.
+  sched::Move entitlement(sched::TierId requested, const std::vector<std::string>& tiers, bool reject) const;
 
   // Charges one request and `tokens`, and takes a concurrency slot, or charges nothing.
   Admission admit(int64_t tokens);

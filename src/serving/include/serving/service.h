@@ -26,6 +26,7 @@
 #include "engine/sampling.h"
 #include "metrics/registry.h"
 #include "sched/config.h"
+#include "sched/request.h"
 #include "sched/step_cost.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -63,7 +64,9 @@ struct ServiceOptions {
 };
 
 struct GenerateRequest {
-  std::string tier;                 // a configured tier name (the server maps service_tier)
+  // The tier's rank in sched_config().tiers (priority order, 0 first); the server maps
+  // service_tier to it. Names exist only at the HTTP edge and in metric labels.
+  sched::TierId tier = 0;
   std::vector<int32_t> prompt;      // token ids, tokenized by the caller; >= 1 token
   int64_t max_tokens = 16;          // >= 1; capped at max_seq_len - prompt ("length")
   engine::SamplingParams sampling;
@@ -117,21 +120,22 @@ struct Update {
     kDelta,        // new text (UTF-8 complete, stop strings held back) and token count
     kDone,         // final: finish_reason "stop" (EOS or stop string) or "length"
     kFailed,       // final: accepted but ended with an error (reason says why):
-                   // "cancelled", "shutdown", "queue_timeout", "shed_for_higher_tier",
-                   // "kv_exhausted", "engine_error"
+                   // kCancelled, kShutdown, kQueueTimeout, kShedForHigherTier,
+                   // kKvExhausted, kEngineError
   };
   Kind kind = Kind::kDelta;
   RequestId id = 0;
 
-  // kAdmitted / kTierChanged / kPreempted / kFailed: tiers by name; reason is
-  // sched::reason_name() ("" if none). A refused kAdmitted is final; requests still
-  // waiting for admission at shutdown() are refused with "overloaded".
+  // Every update: the tiers by rank (sched_config().tiers). kAdmitted / kTierChanged /
+  // kPreempted / kFailed: why (kNone if nothing to say; the HTTP edge turns it into text
+  // with sched::reason_name and into a status). A refused kAdmitted is final; requests
+  // still waiting for admission at shutdown() are refused with kOverloaded.
   bool accepted = false;
-  std::string tier_requested;
-  std::string tier_served;
-  std::string reason;
+  sched::TierId tier_requested = -1;
+  sched::TierId tier_served = -1;
+  sched::Reason reason = sched::Reason::kNone;
   std::string message;              // for people, e.g. "predicted wait 7.2 s > 5 s"
-  int64_t retry_after_ms = 0;       // rejected: a hint; 503-class when reason is "overloaded"
+  int64_t retry_after_ms = 0;       // rejected: a hint
 
   // kDelta
   std::string text;
@@ -164,7 +168,7 @@ struct Stats {
   int64_t step_token_budget = 0;    // as resolved at create()
   // Per interrupting tier: the longest an admitted request waits behind other tiers
   // (sched::Scheduler::wait_bound_ns), with the current cost model.
-  std::vector<std::pair<std::string, int64_t>> wait_bound_ns;
+  std::vector<std::pair<sched::TierId, int64_t>> wait_bound_ns;
 };
 
 class Service {
