@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../src/bench/testing/slow_server.h"
-#include "process_util.h"
+#include "testing/process.h"
 
 namespace ts {
 namespace {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "process_util.h"
+#include "testing/process.h"
 
 namespace ts {
 namespace {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
-#include "process_util.h"
+#include "testing/process.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 

@@ -4,7 +4,7 @@
 // tester pinning versions) and the canary gated on per-tier SLOs (a slower canary rolled
 // back by itself, an equal one ramped and promoted).
 #define TS_GATEWAY_TEST_DIR "gateway_release_test"
-#include "gateway_test_util.h"
+#include "testing/gateway.h"
 
 namespace ts {
 namespace {

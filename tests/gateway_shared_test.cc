@@ -4,7 +4,7 @@
 // type (explicit, counted, recovering by itself), a replica whose clock is wrong; the
 // response cache, in memory and in Redis shared by replicas, a corrupt entry never served.
 #define TS_GATEWAY_TEST_DIR "gateway_shared_test"
-#include "gateway_test_util.h"
+#include "testing/gateway.h"
 
 #include <ctime>
 

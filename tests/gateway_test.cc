@@ -13,7 +13,7 @@
 //    enforced by the gateway (llama.cpp has none);
 //  - bad configs exit 2 naming the field.
 #define TS_GATEWAY_TEST_DIR "gateway_test"
-#include "gateway_test_util.h"
+#include "testing/gateway.h"
 
 namespace ts {
 namespace {

@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "server_test_util.h"
+#include "testing/server.h"
 
 namespace ts {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <set>
 
-#include "server_test_util.h"
+#include "testing/server.h"
 
 namespace ts {
 namespace {

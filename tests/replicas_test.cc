@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "server_test_util.h"
+#include "testing/server.h"
 
 namespace ts {
 namespace {

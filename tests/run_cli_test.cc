@@ -14,7 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "gguf/gguf.h"
-#include "process_util.h"
+#include "testing/process.h"
 
 namespace ts {
 namespace {

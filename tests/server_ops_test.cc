@@ -3,7 +3,7 @@
 // own listener, SIGTERM drain, KV usage and queued-stream notices, version and logs that
 // never hold a key, bad configs exit 2.
 #define TS_SERVE_TEST_DIR "server_ops_test"
-#include "serve_test_util.h"
+#include "testing/serve.h"
 
 namespace ts {
 namespace {

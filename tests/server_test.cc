@@ -2,7 +2,7 @@
 // (stories260K, and a random-weight 15M llama from make-model where a request must run
 // long enough to be overtaken), over real sockets.
 #define TS_SERVE_TEST_DIR "server_test"
-#include "serve_test_util.h"
+#include "testing/serve.h"
 
 namespace ts {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/fp16.h"
 #include "quant_blocks.h"
 #include "quantize.h"
-#include "test_util.h"
+#include "testing/random_rows.h"
 
 namespace ts::kernels {
 namespace {

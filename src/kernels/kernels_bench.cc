@@ -24,7 +24,7 @@
 #include "kernels/traits.h"
 #include "act.h"
 #include "matmul_internal.h"
-#include "test_util.h"
+#include "testing/random_rows.h"
 
 namespace ts::kernels {
 namespace {

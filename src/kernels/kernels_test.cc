@@ -7,7 +7,7 @@
 
 #include "core/cpu_features.h"
 #include "kernels/traits.h"
-#include "test_util.h"
+#include "testing/random_rows.h"
 
 namespace ts::kernels {
 namespace {

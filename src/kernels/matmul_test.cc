@@ -11,7 +11,7 @@
 #include "act.h"
 #include "gemm_amx.h"
 #include "panel.h"
-#include "test_util.h"
+#include "testing/random_rows.h"
 
 namespace ts::kernels {
 namespace {

@@ -12,7 +12,7 @@
 #include "engine/arch.h"
 #include "engine/model.h"
 #include "models/register.h"
-#include "tiny_model_test_util.h"
+#include "testing/tiny_model.h"
 
 namespace ts::models {
 namespace {

@@ -22,7 +22,7 @@
 #include "gemma3.h"
 #include "gguf/gguf.h"
 #include "models/register.h"
-#include "tiny_model_test_util.h"
+#include "testing/tiny_model.h"
 
 namespace ts::models {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "core/rng.h"
 #include "sched/scheduler.h"
-#include "sched_test_util.h"
+#include "testing/fake_engine.h"
 
 namespace ts::sched {
 namespace {

@@ -2,7 +2,7 @@
 // results (FakeEngine) and a ManualClock: a burst on top of the budget within the windowed
 // cap, exclusive steps that keep the floors, interrupted steps planned again, a promoted
 // fast request served next or told, an interrupt flood that cannot starve the floors.
-#include "scheduler_test_helpers.h"
+#include "testing/scheduler_setup.h"
 
 namespace ts::sched {
 namespace {

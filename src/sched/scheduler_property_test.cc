@@ -13,7 +13,7 @@
 #include "core/clock.h"
 #include "core/rng.h"
 #include "sched/scheduler.h"
-#include "sched_test_util.h"
+#include "testing/fake_engine.h"
 
 namespace ts::sched {
 namespace {

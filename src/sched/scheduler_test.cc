@@ -1,6 +1,6 @@
 // The tier rules, one behaviour per test, with hand-made step results (FakeEngine) and a
 // ManualClock: floors, caps, borrowing, timeouts, admission, preemption, cancellation.
-#include "scheduler_test_helpers.h"
+#include "testing/scheduler_setup.h"
 
 namespace ts::sched {
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "server_test_util.h"
+#include "testing/server.h"
 
 namespace ts::server {
 namespace {

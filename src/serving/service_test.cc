@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "metrics/tierserve_metrics.h"
-#include "service_test_util.h"
+#include "testing/service.h"
 
 namespace ts::serving {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "metrics/tierserve_metrics.h"
 #include "serving/service.h"
-#include "service_test_util.h"
+#include "testing/service.h"
 
 namespace ts::serving {
 namespace {

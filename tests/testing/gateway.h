@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "server_test_util.h"
+#include "server.h"
 
 namespace ts {
 namespace {

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "server_test_util.h"
+#include "server.h"
 
 namespace ts {
 namespace {

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "process_util.h"
+#include "process.h"
 
 namespace ts::testing_server {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/clock.h"
-#include "sched_test_util.h"
+#include "fake_engine.h"
 
 namespace ts::sched {
 namespace {
