@@ -76,7 +76,7 @@ std::unique_ptr<engine::Model> load(const std::string& path) {
   engine::ModelOptions mo;
   mo.n_threads = 2;
   if (const char* a = std::getenv("BATCHING_TEST_ATTN")) {
-    EXPECT_TRUE(engine::ops::parse_attn_numerics(a, &mo.attn_numerics)) << "BATCHING_TEST_ATTN=" << a;
+    EXPECT_TRUE(ops::parse_attn_numerics(a, &mo.attn_numerics)) << "BATCHING_TEST_ATTN=" << a;
   }
   auto m = engine::Model::load(path, mo);
   EXPECT_TRUE(m.is_ok()) << path << ": " << m.status().to_string();

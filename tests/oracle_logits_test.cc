@@ -143,7 +143,7 @@ TEST_P(OracleLogits, MatchLlamaCpp) {
 
   models::register_all();
   engine::ModelOptions opts;
-  opts.attn_numerics = engine::ops::AttnNumerics::kSoftmaxF16;  // the goldens were made without flash attention
+  opts.attn_numerics = ops::AttnNumerics::kSoftmaxF16;  // the goldens were made without flash attention
   opts.n_threads = 2;
   auto model = engine::Model::load(path, opts);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 #include "kernels/traits.h"
-#include "ops_internal.h"
+#include "ops/ops.h"
 
 namespace ts::engine {
 
@@ -63,7 +63,7 @@ void linear_gated(const Matrix& gate, const Matrix& up, GateAct act, const float
       if (act == GateAct::kSilu) {
         ops::swiglu(ht + r0, ut + r0, ht + r0, r1 - r0);
       } else {
-        for (int64_t i = r0; i < r1; ++i) ht[i] = ops::detail::gelu_tanh(ht[i]) * ut[i];
+        ops::geglu_tanh(ht + r0, ut + r0, ht + r0, r1 - r0);
       }
     }
   });

@@ -8,7 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/arch.h"
 #include "engine/engine.h"
-#include "engine/kv_cache.h"
+#include "ops/kv_cache.h"
 #include "engine/linear.h"
 #include "engine/model.h"
 #include "engine/plan_file.h"

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "engine/ops.h"
+#include "ops/ops.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

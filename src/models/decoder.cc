@@ -47,8 +47,8 @@ uint64_t step_weight_bytes(const engine::WeightBinder& wb, const Embeddings& e, 
   return e.tied ? all : all - e.embd_bytes + uint64_t(kernels::row_bytes(e.tok_embd.type, n_embd));
 }
 
-engine::KvShape kv_shape(const engine::ModelConfig& cfg) {
-  engine::KvShape s;
+ops::KvShape kv_shape(const engine::ModelConfig& cfg) {
+  ops::KvShape s;
   s.n_layer = int(cfg.n_layer);
   s.n_head_kv = int(cfg.n_head_kv);
   s.head_dim_k = int(cfg.head_dim);
@@ -69,7 +69,7 @@ void Workspace::size_for(const engine::ModelConfig& cfg, int64_t T, int n_thread
   h.resize(size_t(T * cfg.n_ff));
   h2.resize(size_t(T * cfg.n_ff));
   rows.resize(size_t(T));
-  attn_scratch_stride = engine::ops::attention_group_scratch_halves(kv_shape(cfg)) + 32;
+  attn_scratch_stride = ops::attention_group_scratch_halves(kv_shape(cfg)) + 32;
   attn_scratch.resize(size_t(attn_scratch_stride) * size_t(std::max(1, n_threads)));
 }
 

@@ -13,7 +13,7 @@
 #include "core/thread_pool.h"
 #include "engine/arch.h"
 #include "engine/linear.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "engine/weights.h"
 
 namespace ts::models::decoder {
@@ -39,7 +39,7 @@ Result<engine::Matrix> bind_matrix(engine::WeightBinder& wb, const std::string& 
 // embedding only one row.
 uint64_t step_weight_bytes(const engine::WeightBinder& wb, const Embeddings& e, int64_t n_embd);
 
-engine::KvShape kv_shape(const engine::ModelConfig& cfg);
+ops::KvShape kv_shape(const engine::ModelConfig& cfg);
 
 // Packs the seven matrices of every layer (members wq, wk, wv, wo, gate, up, down) and the
 // output projection, when the options ask for packed weights.

@@ -30,7 +30,7 @@ using testing::load;
 using testing::some_tokens;
 
 // Engine logits of all positions (one batched eval) vs the double reference.
-using engine::ops::AttnNumerics;
+using ops::AttnNumerics;
 
 void check_against_reference(const TinySpec& spec, const std::string& name, double tol,
                              AttnNumerics numerics = AttnNumerics::kFlashF16) {

@@ -47,7 +47,7 @@ Status Gemma3::load_hparams(const gguf::File& f, const std::string& arch) {
   const int64_t qpas = cfg_.n_layer == kLayers27B ? cfg_.n_embd / cfg_.n_head : cfg_.head_dim;
   attn_scale_ = 1.0f / std::sqrt(float(qpas));
 
-  rope_global_ = engine::ops::RopeConfig{};
+  rope_global_ = ops::RopeConfig{};
   rope_global_.n_rot = int(cfg_.n_rot);
   rope_global_.freq_base = float(cfg_.rope_freq_base);
   rope_global_.freq_scale = float(freq_scale);
@@ -145,9 +145,9 @@ void Gemma3::norm_add_norm(ThreadPool& pool, engine::Workspace& wsb, int64_t n, 
   decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
     float* t = ws.tmp.data() + b * d;
     float* x = ws.x.data() + b * d;
-    engine::ops::rms_norm_rows(t, d, post_w, t, d, e - b, d, rms_eps_);
-    engine::ops::add(x, t, (e - b) * d);
-    engine::ops::rms_norm_rows(x, d, next_w, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
+    ops::rms_norm_rows(t, d, post_w, t, d, e - b, d, rms_eps_);
+    ops::add(x, t, (e - b) * d);
+    ops::rms_norm_rows(x, d, next_w, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
   });
 }
 
@@ -160,12 +160,12 @@ std::unique_ptr<engine::Workspace> Gemma3::make_workspace(int64_t T, int n_threa
   ws->units.reserve(size_t(T * cfg_.n_head_kv + int64_t(nth) * cfg_.n_head));
   // A window unit's cells: the union of the windows of up to kMaxGroupQueries rows, from
   // the tile boundary before it.
-  ws->window_stride = n_swa_ + engine::ops::kMaxGroupQueries + engine::ops::kAttnTile;
+  ws->window_stride = n_swa_ + ops::kMaxGroupQueries + ops::kAttnTile;
   ws->window_cells.resize(size_t(ws->window_stride) * nth);
   return ws;
 }
 
-bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine::Workspace& wsb,
                      ThreadPool& pool) const {
   auto& ws = static_cast<Gemma3Workspace&>(wsb);
   int64_t n = int64_t(batch.tokens.size());
@@ -182,9 +182,9 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
       kernels::dequantize_rows(embd_.tok_embd, batch.tokens[size_t(i)], 1, xi);
       for (int64_t j = 0; j < d; ++j) xi[j] *= embd_scale_;
       const int32_t pos = batch.positions[size_t(i)];
-      engine::ops::rope_table(rope_global_, pos, ws.cs_global.data() + i * n_rot);
-      engine::ops::rope_table(rope_local_, pos, ws.cs_local.data() + i * n_rot);
-      engine::ops::rms_norm(xi, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      ops::rope_table(rope_global_, pos, ws.cs_global.data() + i * n_rot);
+      ops::rope_table(rope_local_, pos, ws.cs_local.data() + i * n_rot);
+      ops::rms_norm(xi, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
       ws.rows[size_t(i)] = int32_t(i);
     }
   });
@@ -193,7 +193,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     if (batch.interrupted()) return false;
     const Layer& L = layers_[size_t(l)];
     const bool last = l + 1 == int(cfg_.n_layer);
-    const engine::ops::RopeConfig& rope = L.local ? rope_local_ : rope_global_;
+    const ops::RopeConfig& rope = L.local ? rope_local_ : rope_global_;
     const float* cs_all = L.local ? ws.cs_local.data() : ws.cs_global.data();
 
     // Q, K, V.
@@ -205,9 +205,9 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     // QK-norm, RoPE, query scale; K and V into the cache.
     decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       // The heads of rows [b, e) are consecutive vectors of hd floats.
-      engine::ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head, hd,
+      ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head, hd,
                                  rms_eps_);
-      engine::ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
+      ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
                                  (e - b) * n_head_kv, hd, rms_eps_);
       for (int64_t i = b; i < e; ++i) {
         float* qi = ws.q.data() + i * nq;
@@ -215,14 +215,14 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
         const float* cs = cs_all + i * n_rot;
         for (int64_t h = 0; h < n_head; ++h) {
           float* qh = qi + h * hd;
-          engine::ops::rope_apply(rope, cs, qh);
+          ops::rope_apply(rope, cs, qh);
           for (int64_t j = 0; j < hd; ++j) qh[j] *= attn_scale_;
         }
-        for (int64_t h = 0; h < n_head_kv; ++h) engine::ops::rope_apply(rope, cs, ki + h * hd);
-        const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
+        for (int64_t h = 0; h < n_head_kv; ++h) ops::rope_apply(rope, cs, ki + h * hd);
+        const ops::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
         const int64_t cell = sv.cell(batch.positions[size_t(i)]);
-        engine::ops::to_f16(ki, kv.k(l, cell), nkv);
-        engine::ops::to_f16(ws.v.data() + i * nkv, kv.v(l, cell), nkv);
+        ops::to_f16(ki, kv.k(l, cell), nkv);
+        ops::to_f16(ws.v.data() + i * nkv, kv.v(l, cell), nkv);
       }
     });
 
@@ -241,7 +241,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
     // arithmetic is the same).
     {
       const int64_t group = n_head / n_head_kv;
-      const int64_t rows_per_unit = std::max<int64_t>(1, engine::ops::kMaxGroupQueries / group);
+      const int64_t rows_per_unit = std::max<int64_t>(1, ops::kMaxGroupQueries / group);
       auto window_begin = [&](int64_t row) -> int64_t {
         const int64_t pos = batch.positions[size_t(ws.rows[size_t(row)])];
         return L.local ? std::max<int64_t>(0, pos - n_swa_ + 1) : 0;
@@ -284,15 +284,15 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
       engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
         int32_t* cells = ws.window_cells.data() + ith * ws.window_stride;
-        const float* qs[engine::ops::kMaxGroupQueries];
-        float* outs[engine::ops::kMaxGroupQueries];
-        int64_t n_kv[engine::ops::kMaxGroupQueries], kv_begin[engine::ops::kMaxGroupQueries];
+        const float* qs[ops::kMaxGroupQueries];
+        float* outs[ops::kMaxGroupQueries];
+        int64_t n_kv[ops::kMaxGroupQueries], kv_begin[ops::kMaxGroupQueries];
         for (int64_t u = ith; u < n_units; u += nth) {
           const Gemma3Workspace::Unit& un = ws.units[size_t(u)];
-          const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
+          const ops::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
           // A window unit's table of cells starts at a multiple of kAttnTile, so that the
           // tiles of kTiledF32 sit at the same absolute positions however rows are grouped.
-          const int64_t table_begin = un.window_begin - un.window_begin % engine::ops::kAttnTile;
+          const int64_t table_begin = un.window_begin - un.window_begin % ops::kAttnTile;
           int n_q = 0;
           for (int64_t i = un.row_begin; i < un.row_end; ++i) {
             const int64_t pos = batch.positions[size_t(ws.rows[size_t(i)])];
@@ -305,13 +305,13 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
             }
           }
           if (un.window_begin == 0) {
-            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch,
+            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch,
                                           attn_numerics_);
           } else {
             const int64_t n_win = n_kv[n_q - 1];  // the last row's: the union of the windows
             for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(table_begin + p));
-            const engine::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
-            engine::ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
+            const ops::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
+            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
                                           attn_numerics_, kv_begin);
           }
         }
@@ -330,7 +330,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, eng
       engine::matmul_many(gu, ws.xn.data(), d, n, pool, [&](int64_t r0, int64_t r1) {
         for (int64_t i = 0; i < n; ++i) {
           float* hi = ws.h.data() + i * n_ff + r0;
-          engine::ops::geglu_tanh_f16(hi, ws.h2.data() + i * n_ff + r0, hi, r1 - r0);
+          ops::geglu_tanh_f16(hi, ws.h2.data() + i * n_ff + r0, hi, r1 - r0);
         }
       });
     }

@@ -25,7 +25,7 @@
 
 #include "engine/arch.h"
 #include "engine/linear.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "decoder.h"
 
 namespace ts::models {
@@ -34,11 +34,11 @@ class Gemma3 final : public engine::Architecture {
  public:
   Status load(const gguf::File& f, const std::string& arch) override;
   const engine::ModelConfig& config() const override { return cfg_; }
-  engine::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
+  ops::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<engine::Workspace> make_workspace(int64_t max_tokens, int n_threads) const override;
   void prepare(ThreadPool& pool, const engine::ModelOptions& opts) override;
-  bool forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& ws,
+  bool forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine::Workspace& ws,
                ThreadPool& pool) const override;
 
   // For tests and reports.
@@ -69,8 +69,8 @@ class Gemma3 final : public engine::Architecture {
   float attn_scale_ = 1.0f;                   // applied to q after RoPE
   float softcap_ = 0.0f;                      // final logit soft-capping (0: off)
   int64_t n_swa_ = 0;                         // sliding window in positions (0: none)
-  engine::ops::AttnNumerics attn_numerics_ = engine::ops::AttnNumerics::kFlashF16;
-  engine::ops::RopeConfig rope_global_, rope_local_;
+  ops::AttnNumerics attn_numerics_ = ops::AttnNumerics::kFlashF16;
+  ops::RopeConfig rope_global_, rope_local_;
   decoder::Embeddings embd_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;

@@ -18,7 +18,7 @@
 #include "core/fp16.h"
 #include "core/rng.h"
 #include "engine/model.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "gemma3.h"
 #include "gguf/gguf.h"
 #include "models/register.h"
@@ -248,7 +248,7 @@ double max_diff(const std::vector<std::vector<float>>& a, const std::vector<std:
   return worst;
 }
 
-using engine::ops::AttnNumerics;
+using ops::AttnNumerics;
 
 void check_against_reference(const Spec& spec, const std::string& name,
                              AttnNumerics numerics = AttnNumerics::kFlashF16) {
@@ -359,7 +359,7 @@ TEST(Gemma3Gelu, F16TableMatchesDefinition) {
   for (size_t i = 0; i < g.size(); ++i) u.push_back(rng.normal());
   std::vector<float> y(g.size());
   for (size_t n : {g.size(), size_t(13), size_t(7)}) {  // SIMD body and scalar tails
-    engine::ops::geglu_tanh_f16(g.data(), u.data(), y.data(), int64_t(n));
+    ops::geglu_tanh_f16(g.data(), u.data(), y.data(), int64_t(n));
     for (size_t i = 0; i < n; ++i) {
       const float x = g[i];
       float want;

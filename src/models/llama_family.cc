@@ -21,7 +21,7 @@ Status LlamaFamily::load(const gguf::File& f, const std::string& arch) {
   TS_ASSIGN_OR_RETURN(const double freq_scale, engine::read_transformer_hparams(f, arch, 1e-5, &cfg_));
 
   rms_eps_ = float(cfg_.rms_eps);
-  rope_ = engine::ops::RopeConfig{};
+  rope_ = ops::RopeConfig{};
   rope_.n_rot = int(cfg_.n_rot);
   rope_.freq_base = float(cfg_.rope_freq_base);
   rope_.freq_scale = float(freq_scale);
@@ -92,7 +92,7 @@ std::unique_ptr<engine::Workspace> LlamaFamily::make_workspace(int64_t T, int n_
   return ws;
 }
 
-bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& wsb,
+bool LlamaFamily::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine::Workspace& wsb,
                           ThreadPool& pool) const {
   auto& ws = static_cast<LlamaWorkspace&>(wsb);
   int64_t n = int64_t(batch.tokens.size());
@@ -107,8 +107,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
   decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       kernels::dequantize_rows(embd_.tok_embd, batch.tokens[size_t(i)], 1, ws.x.data() + i * d);
-      engine::ops::rope_table(rope_, batch.positions[size_t(i)], ws.cs.data() + i * n_rot);
-      engine::ops::rms_norm(ws.x.data() + i * d, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
+      ops::rope_table(rope_, batch.positions[size_t(i)], ws.cs.data() + i * n_rot);
+      ops::rms_norm(ws.x.data() + i * d, layers_[0].attn_norm, ws.xn.data() + i * d, d, rms_eps_);
       ws.rows[size_t(i)] = int32_t(i);
     }
   });
@@ -127,28 +127,28 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     // Bias, QK-norm, RoPE; K and V into the cache.
     decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        if (L.bq) engine::ops::add(ws.q.data() + i * nq, L.bq, nq);
-        if (L.bk) engine::ops::add(ws.k.data() + i * nkv, L.bk, nkv);
-        if (L.bv) engine::ops::add(ws.v.data() + i * nkv, L.bv, nkv);
+        if (L.bq) ops::add(ws.q.data() + i * nq, L.bq, nq);
+        if (L.bk) ops::add(ws.k.data() + i * nkv, L.bk, nkv);
+        if (L.bv) ops::add(ws.v.data() + i * nkv, L.bv, nkv);
       }
       // The heads of rows [b, e) are consecutive vectors of hd floats.
       if (L.q_norm)
-        engine::ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head,
+        ops::rms_norm_rows(ws.q.data() + b * nq, hd, L.q_norm, ws.q.data() + b * nq, hd, (e - b) * n_head,
                                    hd, rms_eps_);
       if (L.k_norm)
-        engine::ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
+        ops::rms_norm_rows(ws.k.data() + b * nkv, hd, L.k_norm, ws.k.data() + b * nkv, hd,
                                    (e - b) * n_head_kv, hd, rms_eps_);
       for (int64_t i = b; i < e; ++i) {
         float* qi = ws.q.data() + i * nq;
         float* ki = ws.k.data() + i * nkv;
         float* vi = ws.v.data() + i * nkv;
         const float* cs = ws.cs.data() + i * n_rot;
-        for (int64_t h = 0; h < n_head; ++h) engine::ops::rope_apply(rope_, cs, qi + h * hd);
-        for (int64_t h = 0; h < n_head_kv; ++h) engine::ops::rope_apply(rope_, cs, ki + h * hd);
-        const engine::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
+        for (int64_t h = 0; h < n_head; ++h) ops::rope_apply(rope_, cs, qi + h * hd);
+        for (int64_t h = 0; h < n_head_kv; ++h) ops::rope_apply(rope_, cs, ki + h * hd);
+        const ops::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(i)])];
         const int64_t cell = sv.cell(batch.positions[size_t(i)]);
-        engine::ops::to_f16(ki, kv.k(l, cell), nkv);
-        engine::ops::to_f16(vi, kv.v(l, cell), nkv);
+        ops::to_f16(ki, kv.k(l, cell), nkv);
+        ops::to_f16(vi, kv.v(l, cell), nkv);
       }
     });
 
@@ -166,7 +166,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     //   interleaved accumulator chains), split only to give every thread work.
     {
       const int64_t group = n_head / n_head_kv;
-      const int64_t rows_per_unit = std::max<int64_t>(1, engine::ops::kMaxGroupQueries / group);
+      const int64_t rows_per_unit = std::max<int64_t>(1, ops::kMaxGroupQueries / group);
       auto seq_of = [&](int64_t i) { return batch.seq[size_t(ws.rows[size_t(i)])]; };
       auto pos_of = [&](int64_t i) { return int64_t(batch.positions[size_t(ws.rows[size_t(i)])]); };
       int64_t kv_bytes = 0, n_short = 0;
@@ -196,7 +196,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
         int64_t e = i + 1;
         while (e < n && seq_of(e) == seq_of(i)) ++e;
         if (e - i < rows_per_unit) {
-          const int64_t cap = std::max<int64_t>(1, engine::ops::kMaxSeqQueries / ((e - i) * group));
+          const int64_t cap = std::max<int64_t>(1, ops::kMaxSeqQueries / ((e - i) * group));
           const int64_t per = std::min(cap, (n_head_kv + pieces - 1) / pieces);
           for (int64_t g = 0; g < n_head_kv; g += per)
             ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), int32_t(std::min(n_head_kv, g + per))});
@@ -214,7 +214,7 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
       std::atomic<int64_t> next_unit{0};
       engine::run_sized(pool, kv_bytes, [&](int ith, int) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
-        engine::ops::AttnQuery qs[engine::ops::kMaxSeqQueries];
+        ops::AttnQuery qs[ops::kMaxSeqQueries];
         for (int64_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < n_units;
              u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
           const LlamaWorkspace::Unit& un = ws.units[size_t(u)];
@@ -224,8 +224,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
               for (int64_t h = g * group; h < (g + 1) * group; ++h)
                 qs[n_q++] = {ws.q.data() + i * nq + h * hd, ws.attn.data() + i * nq + h * hd, pos_of(i) + 1,
                              int32_t(g)};
-          const engine::KvSeqView& sv = batch.seqs[size_t(seq_of(un.row_begin))];
-          engine::ops::attention_seq(qs, n_q, kv, l, sv, kq_scale, scratch, attn_numerics_);
+          const ops::KvSeqView& sv = batch.seqs[size_t(seq_of(un.row_begin))];
+          ops::attention_seq(qs, n_q, kv, l, sv, kq_scale, scratch, attn_numerics_);
         }
       });
     }
@@ -235,10 +235,10 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         float* xi = ws.x.data() + i * d;
-        if (L.bo) engine::ops::add(ws.tmp.data() + i * d, L.bo, d);
-        engine::ops::add(xi, ws.tmp.data() + i * d, d);
+        if (L.bo) ops::add(ws.tmp.data() + i * d, L.bo, d);
+        ops::add(xi, ws.tmp.data() + i * d, d);
       }
-      engine::ops::rms_norm_rows(ws.x.data() + b * d, d, L.ffn_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
+      ops::rms_norm_rows(ws.x.data() + b * d, d, L.ffn_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
     });
 
     // FFN, residual, the next norm (the next layer's attention norm or the output norm).
@@ -247,8 +247,8 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, engine::KvCache& kv
     L.down.matmul(ws.h.data(), n_ff, n, ws.tmp.data(), d, pool);
     const float* next_norm = last ? embd_.output_norm : layers_[size_t(l + 1)].attn_norm;
     decoder::for_tokens(pool, n, [&](int64_t b, int64_t e) {
-      engine::ops::add(ws.x.data() + b * d, ws.tmp.data() + b * d, (e - b) * d);
-      engine::ops::rms_norm_rows(ws.x.data() + b * d, d, next_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
+      ops::add(ws.x.data() + b * d, ws.tmp.data() + b * d, (e - b) * d);
+      ops::rms_norm_rows(ws.x.data() + b * d, d, next_norm, ws.xn.data() + b * d, d, e - b, d, rms_eps_);
     });
   }
 

@@ -11,7 +11,7 @@
 
 #include "engine/arch.h"
 #include "engine/linear.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "decoder.h"
 
 namespace ts::models {
@@ -28,11 +28,11 @@ class LlamaFamily final : public engine::Architecture {
 
   Status load(const gguf::File& f, const std::string& arch) override;
   const engine::ModelConfig& config() const override { return cfg_; }
-  engine::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
+  ops::KvShape kv_shape() const override { return decoder::kv_shape(cfg_); }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<engine::Workspace> make_workspace(int64_t max_tokens, int n_threads) const override;
   void prepare(ThreadPool& pool, const engine::ModelOptions& opts) override;
-  bool forward(const engine::ForwardBatch& batch, engine::KvCache& kv, engine::Workspace& ws,
+  bool forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine::Workspace& ws,
                ThreadPool& pool) const override;
 
  private:
@@ -52,11 +52,11 @@ class LlamaFamily final : public engine::Architecture {
   LlamaVariant variant_;
   engine::ModelConfig cfg_;
   float rms_eps_ = 1e-5f;
-  engine::ops::RopeConfig rope_;
+  ops::RopeConfig rope_;
   decoder::Embeddings embd_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;
-  engine::ops::AttnNumerics attn_numerics_ = engine::ops::AttnNumerics::kFlashF16;
+  ops::AttnNumerics attn_numerics_ = ops::AttnNumerics::kFlashF16;
 };
 
 }  // namespace ts::models

@@ -190,7 +190,7 @@ int cmd_batched_bench(int argc, char** argv) {
   engine::ModelOptions mo;
   mo.n_threads = o.n_threads;
   // The CLI or the config has checked the name.
-  TS_CHECK(engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
+  TS_CHECK(ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;

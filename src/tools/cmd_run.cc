@@ -204,7 +204,7 @@ int cmd_run(int argc, char** argv) {
   mo.copy_plan = !o.map_plan;
   mo.n_threads = o.n_threads;
   // The CLI or the config has checked the name.
-  TS_CHECK(engine::ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
+  TS_CHECK(ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
   auto model_r = engine::Model::load(o.model, mo);
   if (!model_r.is_ok()) return fail(model_r.status().to_string());
   engine::Model& model = **model_r;
@@ -344,7 +344,7 @@ int cmd_run(int argc, char** argv) {
     j["peak_gb_s"] = peak;
     j["n_threads"] = model.n_threads();
     j["kernels"] = kernels::isa_name(kernels::best_isa());  // the matrix kernels' path
-    j["attention"] = engine::ops::attn_numerics_name(mo.attn_numerics);  // --fa
+    j["attention"] = ops::attn_numerics_name(mo.attn_numerics);  // --fa
     j["cpu_features"] = cpu_features().to_string();
     j["n_ctx"] = n_ctx;
     j["seed"] = sp.seed;

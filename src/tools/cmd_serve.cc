@@ -208,7 +208,7 @@ int cmd_serve(int argc, char** argv) {
   engine::ModelOptions mo;
   mo.n_threads = cfg.model.threads;
   // The CLI or the config has checked the name.
-  TS_CHECK(engine::ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics));
+  TS_CHECK(ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics));
   mo.copy_plan = !cfg.model.map_plan;
   const int64_t t_load = now_ns();
   auto model = engine::Model::load(model_path, mo);
@@ -247,7 +247,7 @@ int cmd_serve(int argc, char** argv) {
                   std::string(tok::chat_family_name(chat->family())).c_str(), chat->reason().c_str(),
                   (long long)svc.max_seq_len(), st0.kv.total, st0.kv.block_size, double(st0.kv.bytes) / (1024.0 * 1024.0),
                   cfg.fifo ? "fifo" : "tiered", tiers.c_str(), cfg.keys.size(), kernels::isa_name(kernels::best_isa()),
-                  cpu_features().to_string().c_str(), engine::ops::attn_numerics_name(mo.attn_numerics), build_version(),
+                  cpu_features().to_string().c_str(), ops::attn_numerics_name(mo.attn_numerics), build_version(),
                   build_git_revision());
     log_record(LogLevel::kInfo, line);
   }

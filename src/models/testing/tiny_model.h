@@ -239,7 +239,7 @@ inline std::vector<std::vector<double>> reference_logits(const TinySpec& s, cons
 
 // A model loaded for a test (a test failure and null when loading fails).
 inline std::unique_ptr<engine::Model> load(const std::string& path, int n_threads = 2,
-                                           engine::ops::AttnNumerics numerics = engine::ops::AttnNumerics::kFlashF16) {
+                                           ops::AttnNumerics numerics = ops::AttnNumerics::kFlashF16) {
   engine::ModelOptions o;
   o.n_threads = n_threads;
   o.attn_numerics = numerics;

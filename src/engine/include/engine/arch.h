@@ -17,11 +17,17 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
+#include "ops/kv_cache.h"
 #include "engine/model.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {
+
+// The KV tensors belong to the ops layer (attention reads them); the engine maps blocks
+// onto them.
+using ops::KvCache;
+using ops::KvSeqView;
+using ops::KvShape;
 
 // A batch of tokens to run through the model. Tokens of one sequence appear in position
 // order; position p of a sequence attends to its positions 0..p (those before the batch

@@ -32,7 +32,7 @@
 
 #include "core/status.h"
 #include "engine/arch.h"
-#include "engine/kv_cache.h"
+#include "ops/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "engine/step.h"

@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {

@@ -10,7 +10,7 @@
 
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 namespace {
 
 // e^t for t in [-104, 88] (clamped; NaN gives e^-104): t = n ln2 + r, |r| <= ln2/2, with
@@ -60,4 +60,4 @@ double exp_shifted_avx512(const float* x, int64_t n, float shift, float scale, f
   return total;
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

@@ -12,7 +12,7 @@
 #include "expf_avx512.h"
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 namespace {
 
 // e^t for 16 floats, t clamped to [-87, 87] as in silu_avx2.cc: expf_avx512.h's double
@@ -40,4 +40,4 @@ void swiglu_avx512(const float* g, const float* u, float* y, int64_t n) {
   if (i < n) swiglu_avx2(g + i, u + i, y + i, n - i);
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

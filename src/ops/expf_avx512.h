@@ -26,7 +26,7 @@
 
 #include "ops_internal.h"  // kExpInvFact
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 
 // e^t in double for 16 floats t in [-200, 89] (lanes 0-7 in y[0], 8-15 in y[1]): the
 // evaluation described above, without the final rounding. silu_avx512.cc uses it too.
@@ -87,4 +87,4 @@ inline __m512 expf16(__m512 x, __mmask16 active = 0xffff) {
   return out;
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

@@ -11,11 +11,11 @@
 
 #include "core/cpu_features.h"
 #include "core/rng.h"
-#include "engine/kv_cache.h"
-#include "engine/ops.h"
+#include "ops/kv_cache.h"
+#include "ops/ops.h"
 #include "ops_internal.h"
 
-namespace ts::engine {
+namespace ts::ops {
 namespace {
 
 TEST(AttentionAvx512, BitIdenticalToAvx2) {
@@ -386,4 +386,4 @@ TEST(AttentionTiled, CloseToExactAttention) {
 }
 
 }  // namespace
-}  // namespace ts::engine
+}  // namespace ts::ops

@@ -17,7 +17,7 @@
 
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 namespace {
 
 // exp of 4 floats (as doubles), rounded to float once at the end.
@@ -60,4 +60,4 @@ void swiglu_avx2(const float* g, const float* u, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = silu(g[i]) * u[i];
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "engine/kv_cache.h"
-#include "engine/ops.h"
+#include "ops/kv_cache.h"
+#include "ops/ops.h"
 
-namespace ts::engine::ops {
+namespace ts::ops {
 namespace tiled_ref {
 namespace {
 
@@ -138,4 +138,4 @@ inline void attention(const float* const* q, const int64_t* n_kv, const int64_t*
 
 }  // namespace
 }  // namespace tiled_ref
-}  // namespace ts::engine::ops
+}  // namespace ts::ops

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 
 void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, float* y, int64_t n) {
   const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f), zero = _mm256_setzero_ps();
@@ -30,4 +30,4 @@ void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, flo
   }
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/kv_cache.h"
+#include "ops/kv_cache.h"
 
-namespace ts::engine::ops {
+namespace ts::ops {
 
 // y = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight). Squares are summed in
 // double, the scale applied in float, as ggml_rms_norm + ggml_mul do. y may alias x.
@@ -152,4 +152,4 @@ void geglu_tanh_f16(const float* g, const float* u, float* y, int64_t n);
 // y += x
 void add(float* y, const float* x, int64_t n);
 
-}  // namespace ts::engine::ops
+}  // namespace ts::ops

@@ -34,10 +34,10 @@
 
 #include "core/cpu_features.h"
 #include "core/rng.h"
-#include "engine/kv_cache.h"
-#include "engine/ops.h"
+#include "ops/kv_cache.h"
+#include "ops/ops.h"
 
-namespace ts::engine {
+namespace ts::ops {
 namespace {
 
 ops::AttnNumerics numerics() {
@@ -308,6 +308,6 @@ BENCHMARK(bm_f16_update<Conv::kYmm>)->Name("f16_update/ymm");
 BENCHMARK(bm_f16_update<Conv::kYmmReg>)->Name("f16_update/ymm_reg");
 
 }  // namespace
-}  // namespace ts::engine
+}  // namespace ts::ops
 
 BENCHMARK_MAIN();

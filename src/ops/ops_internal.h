@@ -1,13 +1,13 @@
-// Private helpers shared by the scalar and SIMD files of the engine.
+// Private helpers shared by the scalar and SIMD files of the ops layer.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "engine/kv_cache.h"
-#include "engine/ops.h"
+#include "ops/kv_cache.h"
+#include "ops/ops.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
@@ -75,4 +75,4 @@ bool attention_tiled_avx512(const float* const* q, const int64_t* n_kv, const in
 bool attention_tiled_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                                 float scale, uint16_t* scratch);
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

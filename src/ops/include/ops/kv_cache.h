@@ -4,7 +4,7 @@
 // Layout: per layer, cells in order, each cell holding n_head_kv heads of head_dim halves.
 // A sequence sees its cells through a KvSeqView, a block table that maps positions to
 // cells: position p lives in cell blocks[p / block_size] * block_size + p % block_size.
-// The engine (engine.h) hands out blocks from one pool and keeps the tables (block
+// The engine (engine/engine.h) hands out blocks from one pool and keeps the tables (block
 // accounting lives outside this class).
 #pragma once
 
@@ -15,7 +15,7 @@
 #include "core/check.h"
 #include "core/status.h"
 
-namespace ts::engine {
+namespace ts::ops {
 
 struct KvShape {
   int n_layer = 0;
@@ -85,4 +85,4 @@ class KvCache {
   std::unique_ptr<uint16_t[], Free> k_, v_;
 };
 
-}  // namespace ts::engine
+}  // namespace ts::ops

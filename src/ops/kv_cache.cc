@@ -1,4 +1,4 @@
-#include "engine/kv_cache.h"
+#include "ops/kv_cache.h"
 
 #include <sys/mman.h>
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <string>
 
-namespace ts::engine {
+namespace ts::ops {
 
 void KvCache::Free::operator()(uint16_t* p) const {
   if (p) ::munmap(p, bytes);
@@ -69,4 +69,4 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
   }
 }
 
-}  // namespace ts::engine
+}  // namespace ts::ops

@@ -28,12 +28,12 @@
 #include <limits>
 #include <utility>
 
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "attn_tiled_ref.h"
 #include "expf_avx512.h"
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 namespace {
 
 // Keys per chunk: scores of a chunk, then its factors and updates. Units that stream the
@@ -775,4 +775,4 @@ bool attention_tiled_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv,
   return tiled_run(tq, n_q, kv, layer, seq, scale, scratch);
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

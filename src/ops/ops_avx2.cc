@@ -11,10 +11,10 @@
 #include <limits>
 
 #include "core/fp16.h"
-#include "engine/ops.h"
+#include "ops/ops.h"
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 namespace {
 
 inline float hsum(__m256 v) {
@@ -237,9 +237,9 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
   }
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 
 // Per row, sum[k] += double(x * x) over i = 0..n-1 in order, as rms_norm's loop adds: 8
 // rows at a time, the squares of an 8x8 tile transposed so that one register holds element
@@ -289,4 +289,4 @@ void sum_squares8_avx2(const float* x, int64_t stride, int64_t n, double* sum) {
     }
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

@@ -4,7 +4,7 @@
 #include "attn_tiled_ref.h"
 #include "ops_internal.h"
 
-namespace ts::engine::ops::detail {
+namespace ts::ops::detail {
 
 void attention_tiled_avx2(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                           const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
@@ -12,4 +12,4 @@ void attention_tiled_avx2(const float* const* q, const int64_t* n_kv, const int6
   tiled_ref::attention(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
 }
 
-}  // namespace ts::engine::ops::detail
+}  // namespace ts::ops::detail

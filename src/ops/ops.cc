@@ -1,4 +1,4 @@
-#include "engine/ops.h"
+#include "ops/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "attn_tiled_ref.h"
 #include "ops_internal.h"
 
-namespace ts::engine::ops {
+namespace ts::ops {
 
 namespace {
 
@@ -377,4 +377,4 @@ void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-}  // namespace ts::engine::ops
+}  // namespace ts::ops
