@@ -159,11 +159,16 @@ TEST(Gateway, CanaryRolledBackWhenSlowerPromotedWhenNot) {
            "    canary: {version: v2, steps: [50, 100], window_ms: 1500, interval_ms: 200, min_requests: 10,\n"
            "             thresholds: " + thresholds + "}\n";
   };
+  // A prompt of ~60 tokens: the bigger model's prefill, not the fixed costs both workers
+  // share (and which other tests running beside this one inflate), decides its TTFT.
+  const std::string prompt =
+      "Once upon a time there was a little girl named Lily who lived in a small house near the woods with her mother, "
+      "her father and a big brown dog that liked to run after the birds in the garden every morning";
   auto drive = [&](int port, const std::string& until_state, int max_ms) {
     const auto t0 = std::chrono::steady_clock::now();
     std::string state;
     while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(max_ms)) {
-      for (int i = 0; i < 5; ++i) EXPECT_EQ(http(port, "POST", "/v1/completions", completion("chat", "Once", 8, false)).status, 200);
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(http(port, "POST", "/v1/completions", completion("chat", prompt, 8, false)).status, 200);
       state = body_json(http(port, "GET", "/admin/models/chat"))["canary"]["state"];
       if (state == until_state) break;
     }

@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu_features.h"
 #include "core/fp16.h"
-#include "attn_tiled_ref.h"
+#include "dispatch.h"
 #include "ops_internal.h"
 
 namespace ts::ops {
 
 namespace {
-
-bool use_avx2() {
-  static const bool yes = cpu_features().avx2;
-  return yes;
-}
-
-bool use_avx512() {
-  static const bool yes = cpu_features().avx512 && cpu_features().avx2;
-  return yes;
-}
 
 void rms_norm_scale(const float* x, const float* w, float* y, int64_t n, float eps, double sum) {
   const float mean = float(sum / double(n));
@@ -47,22 +36,12 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
 void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
                    int64_t n, float eps) {
   constexpr int kRows = 8;  // independent chains in flight (measured 3.4x one row at a time)
-  const bool avx2 = use_avx2();
+  const OpsRow& row = active_ops();
   int64_t r = 0;
   for (; r + kRows <= n_rows; r += kRows) {
     const float* xr = x + r * x_stride;
     double sum[kRows] = {};
-    if (avx2) {
-      detail::sum_squares8_avx2(xr, x_stride, n, sum);
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-#pragma GCC unroll 8
-        for (int k = 0; k < kRows; ++k) {
-          const float v = xr[k * x_stride + i];
-          sum[k] += double(v * v);
-        }
-      }
-    }
+    row.sum_squares8(xr, x_stride, n, sum);
     for (int k = 0; k < kRows; ++k)
       rms_norm_scale(xr + k * x_stride, w, y + (r + k) * y_stride, n, eps, sum[k]);
   }
@@ -100,41 +79,6 @@ void rope_apply(const RopeConfig& c, const float* cs, float* x) {
   }
 }
 
-namespace {
-
-void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_head,
-                           const KvSeqView& seq, int64_t n_kv, float scale, float* out,
-                           uint16_t* scratch, int64_t begin = 0) {
-  const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
-  uint16_t* q16 = scratch;
-  uint16_t* acc = scratch + dk;
-  for (int d = 0; d < dk; ++d) q16[d] = f32_to_fp16(q[d]);
-  std::memset(acc, 0, size_t(dv) * sizeof(uint16_t));
-  float m = -std::numeric_limits<float>::infinity();
-  float s_sum = 0.0f;
-  for (int64_t p = begin; p < n_kv; ++p) {
-    const int64_t cell = seq.cell(p);
-    const uint16_t* k = kv.k(layer, cell) + int64_t(kv_head) * dk;
-    const uint16_t* v = kv.v(layer, cell) + int64_t(kv_head) * dv;
-    double dot = 0.0;
-    for (int d = 0; d < dk; ++d) dot += double(fp16_to_f32(k[d]) * fp16_to_f32(q16[d]));
-    const float s = float(dot) * scale;
-    float ms = 1.0f, vs = 1.0f;
-    if (s > m) {
-      ms = std::exp(m - s);
-      m = s;
-      for (int d = 0; d < dv; ++d) acc[d] = f32_to_fp16(fp16_to_f32(acc[d]) * ms);
-    } else {
-      vs = std::exp(s - m);
-    }
-    for (int d = 0; d < dv; ++d) acc[d] = f32_to_fp16(fp16_to_f32(acc[d]) + fp16_to_f32(v[d]) * vs);
-    s_sum = s_sum * ms + vs;
-  }
-  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
-  for (int d = 0; d < dv; ++d) out[d] = fp16_to_f32(acc[d]) * inv;
-}
-
-}  // namespace
 
 const char* attn_numerics_name(AttnNumerics n) {
   switch (n) {
@@ -154,36 +98,11 @@ bool parse_attn_numerics(std::string_view name, AttnNumerics* out) {
   return false;
 }
 
-// kTiledF32, one lane at a time (attn_tiled_ref.h; attn_tiled_avx2.cc compiles the same
-// code with AVX2 and FMA).
-void detail::attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
-                                 const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
-                                 float* const* out) {
-  tiled_ref::attention(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
-}
-
-double detail::exp_shifted_scalar(const float* x, int64_t n, float shift, float scale, float cut, float* y,
-                                  int64_t block, double* block_sums) {
-  double total = 0.0;
-  const int64_t bl = block_sums ? block : std::max<int64_t>(n, 1);
-  for (int64_t b0 = 0, bi = 0; b0 < n; b0 += bl, ++bi) {
-    double s = 0.0;
-    for (int64_t i = b0; i < std::min(n, b0 + bl); ++i) {
-      const float e = x[i] >= cut ? std::exp((x[i] - shift) * scale) : 0.0f;
-      if (y) y[i] = e;
-      s += double(e);
-    }
-    if (block_sums) block_sums[bi] = s;
-    total += s;
-  }
-  return total;
-}
 
 double exp_shifted(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
                    double* block_sums) {
   TS_CHECK(n >= 0 && (!block_sums || block > 0));
-  if (use_avx512()) return detail::exp_shifted_avx512(x, n, shift, scale, cut, y, block, block_sums);
-  return detail::exp_shifted_scalar(x, n, shift, scale, cut, y, block, block_sums);
+  return active_ops().exp_shifted(x, n, shift, scale, cut, y, block, block_sums);
 }
 
 // llama.cpp without flash attention. Three passes over the keys (max, sum, output) so no
@@ -223,17 +142,14 @@ void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
     attention_head_softmax_f16(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
     return;
   }
-  if (numerics == AttnNumerics::kTiledF32) {  // `scratch` is too small for the AVX-512 kernels
-    if (use_avx2())
-      detail::attention_tiled_avx2(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out);
-    else
-      detail::attention_tiled_ref(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out);
+  if (numerics == AttnNumerics::kTiledF32) {
+    // `scratch` is too small for the AVX-512 kernel (a group's): at most the AVX2 row's,
+    // which needs none and gives the same bits.
+    const OpsIsa isa = std::min(best_ops_isa(), OpsIsa::kAvx2);
+    ops_row(isa).tiled_group(&q, &n_kv, nullptr, 1, kv, layer, kv_head, seq, scale, &out, nullptr);
     return;
   }
-  if (use_avx2())
-    detail::attention_head_avx2(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
-  else
-    attention_head_scalar(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
+  active_ops().flash_head(q, kv, layer, kv_head, seq, n_kv, scale, out, scratch);
 }
 
 void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
@@ -247,33 +163,19 @@ void attention_group(const float* const* q, const int64_t* n_kv, int n_q, const 
     return;
   }
   if (numerics == AttnNumerics::kTiledF32) {
-    if (use_avx512() && detail::attention_tiled_avx512(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out,
-                                                       scratch))
-      return;
-    if (use_avx2())
-      detail::attention_tiled_avx2(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
-    else
-      detail::attention_tiled_ref(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
+    active_ops().tiled_group(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out, scratch);
     return;
   }
-  if (use_avx512() && detail::attention_group_avx512(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)) return;
-  if (use_avx2()) {
-    detail::attention_group_avx2(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch, kv_begin);
-    return;
-  }
-  for (int i = 0; i < n_q; ++i)
-    attention_head_scalar(q[i], kv, layer, kv_head, seq, n_kv[i], scale, out[i], scratch, kv_begin ? kv_begin[i] : 0);
+  active_ops().flash_group(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, scratch, kv_begin);
 }
 
 void attention_seq(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale,
                    uint16_t* scratch, AttnNumerics numerics) {
   TS_CHECK(n_q >= 0 && n_q <= kMaxSeqQueries);
   if (n_q == 0) return;
-  if (numerics == AttnNumerics::kFlashF16 && use_avx512() && detail::attention_seq_avx512(qs, n_q, kv, layer, seq, scale))
-    return;
-  if (numerics == AttnNumerics::kTiledF32 && use_avx512() &&
-      detail::attention_tiled_seq_avx512(qs, n_q, kv, layer, seq, scale, scratch))
-    return;
+  const OpsRow& row = active_ops();
+  if (numerics == AttnNumerics::kFlashF16 && row.flash_seq(qs, n_q, kv, layer, seq, scale)) return;
+  if (numerics == AttnNumerics::kTiledF32 && row.tiled_seq(qs, n_q, kv, layer, seq, scale, scratch)) return;
   // Runs of one kv head, as attention_group calls.
   for (int i = 0; i < n_q;) {
     const float* q[kMaxGroupQueries];
@@ -312,38 +214,16 @@ void attention_head_ref(const float* q, const KvCache& kv, int layer, int kv_hea
   }
 }
 
-void to_f16(const float* x, uint16_t* y, int64_t n) {
-  if (use_avx2()) {
-    detail::to_f16_avx2(x, y, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
-}
+void to_f16(const float* x, uint16_t* y, int64_t n) { active_ops().to_f16(x, y, n); }
 
-void swiglu(const float* g, const float* u, float* y, int64_t n) {
-  if (use_avx512()) {
-    detail::swiglu_avx512(g, u, y, n);
-    return;
-  }
-  if (use_avx2()) {
-    detail::swiglu_avx2(g, u, y, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) y[i] = detail::silu(g[i]) * u[i];
-}
+void swiglu(const float* g, const float* u, float* y, int64_t n) { active_ops().swiglu(g, u, y, n); }
 
 void geglu_tanh(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = detail::gelu_tanh(g[i]) * u[i];
 }
 
-namespace detail {
-void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, float* y, int64_t n);  // gelu_avx2.cc
-}  // namespace detail
-
-namespace {
-
 // gelu(x) of every F16 value x, as float: entry h is f16(gelu(f16_to_f32(h))).
-const float* gelu_f16_table() {
+const float* detail::gelu_f16_table() {
   static const std::vector<float> table = [] {
     std::vector<float> t(size_t(1) << 16);
     for (uint32_t h = 0; h < (1u << 16); ++h)
@@ -353,24 +233,8 @@ const float* gelu_f16_table() {
   return table.data();
 }
 
-}  // namespace
-
 void geglu_tanh_f16(const float* g, const float* u, float* y, int64_t n) {
-  const float* table = gelu_f16_table();
-  if (use_avx2()) {
-    detail::geglu_tanh_f16_avx2(table, g, u, y, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    if (x <= -10.0f) {
-      y[i] = 0.0f;
-    } else if (x >= 10.0f) {
-      y[i] = x * u[i];
-    } else {
-      y[i] = table[f32_to_fp16(x)] * u[i];
-    }
-  }
+  active_ops().geglu_f16(detail::gelu_f16_table(), g, u, y, n);
 }
 
 void add(float* y, const float* x, int64_t n) {

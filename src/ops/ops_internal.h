@@ -23,6 +23,21 @@ inline float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
 }
 
+// The scalar row (ops_scalar.cc): the reference of every other row (dispatch.h).
+void sum_squares8_scalar(const float* x, int64_t stride, int64_t n, double* sum);
+void to_f16_scalar(const float* x, uint16_t* y, int64_t n);
+void swiglu_scalar(const float* g, const float* u, float* y, int64_t n);
+void geglu_tanh_f16_scalar(const float* table, const float* g, const float* u, float* y, int64_t n);
+void attention_head_scalar(const float* q, const KvCache& kv, int layer, int kv_head, const KvSeqView& seq,
+                           int64_t n_kv, float scale, float* out, uint16_t* scratch);
+void attention_group_scalar(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
+                            int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
+                            const int64_t* kv_begin);
+// gelu(x) of every F16 value x (ops.cc): the table geglu_tanh_f16 reads.
+const float* gelu_f16_table();
+// AVX2 ops::geglu_tanh_f16 (gelu_avx2.cc), bit-identical to the scalar row.
+void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, float* y, int64_t n);
+
 // AVX2+F16C attention (ops_avx2.cc); same contract as ops::attention_head.
 void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_head,
                          const KvSeqView& seq, int64_t n_kv, float scale, float* out,
@@ -38,7 +53,7 @@ void sum_squares8_avx2(const float* x, int64_t stride, int64_t n, double* sum);
 void swiglu_avx2(const float* g, const float* u, float* y, int64_t n);
 // AVX-512 ops::swiglu (silu_avx512.cc): bit-identical to swiglu_avx2, 16 lanes at a time.
 void swiglu_avx512(const float* g, const float* u, float* y, int64_t n);
-// ops::exp_shifted with std::exp, one value at a time (ops.cc; CPUs without AVX-512).
+// ops::exp_shifted with std::exp, one value at a time (ops_scalar.cc; CPUs without AVX-512).
 double exp_shifted_scalar(const float* x, int64_t n, float shift, float scale, float cut, float* y, int64_t block,
                           double* block_sums);
 // ops::exp_shifted with a float exp within 2 ulp, 16 at a time (softmax_avx512.cc).
@@ -56,8 +71,8 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
 bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                           float scale);
 
-// kTiledF32 (ops.h): attention_group's contract computed one lane at a time (ops.cc: the
-// reference, and the path of CPUs without AVX2).
+// kTiledF32 (ops.h): attention_group's contract computed one lane at a time (ops_scalar.cc:
+// the reference, and the path of CPUs without AVX2).
 void attention_tiled_ref(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,
                          const KvCache& kv, int layer, int kv_head, const KvSeqView& seq, float scale,
                          float* const* out);
