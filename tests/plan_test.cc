@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 #include "models/register.h"
 
 namespace ts {
@@ -86,7 +86,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void expect_plan_matches_packing(const std::string& model, int64_t min_from_plan) {
-  const std::string plan = engine::default_plan_path(model);
+  const std::string plan = engine::default_pack_path(model);
   fs::remove(plan);
   std::string out;
   ASSERT_EQ(tierserve("build -m '" + model + "' -t 2", &out), 0) << out;
@@ -94,18 +94,18 @@ void expect_plan_matches_packing(const std::string& model, int64_t min_from_plan
   ASSERT_TRUE(fs::exists(plan));
 
   engine::ModelOptions no_plan;
-  no_plan.use_plan = false;
+  no_plan.use_pack = false;
   engine::PackInfo packed_info, plan_info;
   const std::vector<float> want = run_logits(model, no_plan, &packed_info);
   const std::vector<float> got = run_logits(model, {}, &plan_info);  // auto-detected
   EXPECT_TRUE(same_bits(want, got)) << model;
-  EXPECT_EQ(plan_info.plan_path, plan);
-  EXPECT_TRUE(plan_info.plan_warning.empty()) << plan_info.plan_warning;
-  EXPECT_GE(plan_info.n_from_plan, min_from_plan);
+  EXPECT_EQ(plan_info.pack_path, plan);
+  EXPECT_TRUE(plan_info.pack_warning.empty()) << plan_info.pack_warning;
+  EXPECT_GE(plan_info.n_from_pack, min_from_plan);
   EXPECT_EQ(plan_info.n_packed, 0);
-  EXPECT_EQ(plan_info.n_from_plan, packed_info.n_packed);
+  EXPECT_EQ(plan_info.n_from_pack, packed_info.n_packed);
   EXPECT_EQ(plan_info.bytes_from_plan, packed_info.bytes_packed);
-  EXPECT_TRUE(packed_info.plan_path.empty());
+  EXPECT_TRUE(packed_info.pack_path.empty());
   // Both ways every panel lands in the model's arena (the plan's are copied there).
   EXPECT_EQ(packed_info.bytes_in_arena, packed_info.bytes_packed);
   EXPECT_EQ(plan_info.bytes_in_arena, plan_info.bytes_from_plan);
@@ -131,41 +131,41 @@ TEST(Plan, Stories260KLoadsWithItsPlan) {
 
 TEST(Plan, StalePlanIsIgnoredWithAWarning) {
   const std::string a = make_model("q8_0", 1), b = make_model("q8_0", 2);
-  const std::string plan_b = engine::default_plan_path(b);
+  const std::string plan_b = engine::default_pack_path(b);
   ASSERT_EQ(tierserve("build -m '" + a + "' -o '" + plan_b + "' --force"), 0);
   engine::ModelOptions no_plan;
-  no_plan.use_plan = false;
+  no_plan.use_pack = false;
   engine::PackInfo info;
   const std::vector<float> want = run_logits(b, no_plan);
   const std::vector<float> got = run_logits(b, {}, &info);
   EXPECT_TRUE(same_bits(want, got));
-  EXPECT_TRUE(info.plan_path.empty());
-  EXPECT_NE(info.plan_warning.find("another GGUF"), std::string::npos) << info.plan_warning;
-  EXPECT_EQ(info.n_from_plan, 0);
+  EXPECT_TRUE(info.pack_path.empty());
+  EXPECT_NE(info.pack_warning.find("another GGUF"), std::string::npos) << info.pack_warning;
+  EXPECT_EQ(info.n_from_pack, 0);
   EXPECT_EQ(info.n_packed, 15);
 
   // `tierserve build` notices and rebuilds it.
   std::string out;
   ASSERT_EQ(tierserve("build -m '" + b + "'", &out), 0) << out;
   EXPECT_NE(out.find("rebuilding"), std::string::npos) << out;
-  EXPECT_TRUE(engine::PlanFile::open(plan_b, *gguf::File::open(b).value()).is_ok());
+  EXPECT_TRUE(engine::PackFile::open(plan_b, *gguf::File::open(b).value()).is_ok());
 
   // A truncated plan: same fallback.
   fs::resize_file(plan_b, fs::file_size(plan_b) - 4096);
   run_logits(b, {}, &info);
-  EXPECT_NE(info.plan_warning.find("truncated"), std::string::npos) << info.plan_warning;
-  EXPECT_EQ(info.n_from_plan, 0);
+  EXPECT_NE(info.pack_warning.find("truncated"), std::string::npos) << info.pack_warning;
+  EXPECT_EQ(info.n_from_pack, 0);
 }
 
 TEST(Plan, VerifyFindsACorruptedPanelAndRebuilds) {
   const std::string model = make_model("q8_0", 1);
-  const std::string plan = engine::default_plan_path(model);
+  const std::string plan = engine::default_pack_path(model);
   ASSERT_EQ(tierserve("build -m '" + model + "' --force"), 0);
   {
     // Flip one panel byte: load-time validation does not read the panels, --verify does.
     std::fstream f(plan, std::ios::in | std::ios::out | std::ios::binary);
     uint64_t data = 0;
-    f.seekg(engine::plan_format::kOffDataOffset);
+    f.seekg(engine::pack_format::kOffDataOffset);
     f.read(reinterpret_cast<char*>(&data), 8);
     char c = 0;
     f.seekg(std::streamoff(data + 100));
@@ -187,7 +187,7 @@ TEST(Plan, VerifyFindsACorruptedPanelAndRebuilds) {
 TEST(Plan, ExplicitPlanMustExist) {
   models::register_all();
   engine::ModelOptions mo;
-  mo.plan_path = kWork + "/no-such.tsplan";
+  mo.pack_path = kWork + "/no-such.tsplan";
   auto m = engine::Model::load(make_model("q8_0", 1), mo);
   ASSERT_FALSE(m.is_ok());
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);

@@ -45,7 +45,7 @@ namespace {
 // Counts what came from where.
 class LoadHook : public PackHook {
  public:
-  LoadHook(PlanFile* plan, PackHook* inner, HugeArena* arena, ThreadPool* pool, PackInfo* info)
+  LoadHook(PackFile* plan, PackHook* inner, HugeArena* arena, ThreadPool* pool, PackInfo* info)
       : plan_(plan), inner_(inner), arena_(arena), pool_(pool), info_(info) {}
   const uint8_t* find(const kernels::WeightView& w) override {
     from_plan_ = false;
@@ -76,7 +76,7 @@ class LoadHook : public PackHook {
         ++info_->n_packed;
         info_->bytes_packed += p.bytes_read();
       } else {
-        ++info_->n_from_plan;
+        ++info_->n_from_pack;
         info_->bytes_from_plan += p.bytes_read();
       }
     }
@@ -100,7 +100,7 @@ class LoadHook : public PackHook {
     else part(0, n, 0);
   }
 
-  PlanFile* plan_;
+  PackFile* plan_;
   PackHook* inner_;
   HugeArena* arena_;
   ThreadPool* pool_;
@@ -158,23 +158,23 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   m->impl_ = std::make_unique<ModelImpl>();
   ModelImpl& mi = *m->impl_;
   PackInfo& info = mi.pack_info;
-  if (opts.use_plan && opts.pack_weights) {
-    const bool explicit_plan = !opts.plan_path.empty();
-    const std::string plan_path = explicit_plan ? opts.plan_path : default_plan_path(path);
-    if (!explicit_plan && !file_exists(plan_path)) {
+  if (opts.use_pack && opts.pack_weights) {
+    const bool explicit_plan = !opts.pack_path.empty();
+    const std::string pack_path = explicit_plan ? opts.pack_path : default_pack_path(path);
+    if (!explicit_plan && !file_exists(pack_path)) {
       // No plan built: the usual in-memory packing, silently.
-    } else if (explicit_plan && !file_exists(plan_path)) {
-      return not_found("plan file " + plan_path + " does not exist (build it with `tierserve build -m " + path +
-                       " -o " + plan_path + "`, or load without a plan)");
-    } else if (Result<std::unique_ptr<PlanFile>> plan = PlanFile::open(plan_path, *file); plan.is_ok()) {
+    } else if (explicit_plan && !file_exists(pack_path)) {
+      return not_found("plan file " + pack_path + " does not exist (build it with `tierserve build -m " + path +
+                       " -o " + pack_path + "`, or load without a plan)");
+    } else if (Result<std::unique_ptr<PackFile>> plan = PackFile::open(pack_path, *file); plan.is_ok()) {
       mi.plan = std::move(*plan);
       mi.plan->advise_hugepage();
       mi.plan->advise_willneed();
-      info.plan_path = plan_path;
+      info.pack_path = pack_path;
     } else {
-      info.plan_warning = plan.status().to_string();
+      info.pack_warning = plan.status().to_string();
       TS_LOG_WARN("plan %s not used, packing the weights in memory instead (rebuild it with `tierserve build -m %s`): %s",
-                  plan_path.c_str(), path.c_str(), info.plan_warning.c_str());
+                  pack_path.c_str(), path.c_str(), info.pack_warning.c_str());
     }
   }
   const int n_threads = opts.n_threads > 0 ? opts.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -184,8 +184,8 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   // Without a plan, every matrix is packed into one arena on 2 MiB pages: decode streams
   // each of them once per token, and through 4 KiB pages that costs a TLB miss every 4 KiB
   // (0.5b Q8_0 decode at 2 threads: 51.5 -> 58.7 tok/s, docs/BENCHMARKS.md).
-  // A plan is copied there too unless told otherwise (ModelOptions::copy_plan).
-  if (opts.pack_weights && !hook && (!mi.plan || opts.copy_plan)) {
+  // A plan is copied there too unless told otherwise (ModelOptions::copy_pack).
+  if (opts.pack_weights && !hook && (!mi.plan || opts.copy_pack)) {
     mi.arena = std::make_unique<HugeArena>(packed_bytes_bound(*mi.file));
     info.arena_huge = mi.arena->huge();
   }

@@ -11,7 +11,7 @@
 #include "ops/kv_cache.h"
 #include "engine/linear.h"
 #include "engine/model.h"
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 #include "gguf/gguf.h"
 
 namespace ts::engine {
@@ -19,7 +19,7 @@ namespace ts::engine {
 class ModelImpl {
  public:
   std::unique_ptr<gguf::File> file;
-  std::unique_ptr<PlanFile> plan;  // before arch: its matrices may point into the plan
+  std::unique_ptr<PackFile> plan;  // before arch: its matrices may point into the plan
   std::unique_ptr<HugeArena> arena;  // ... or into this (weights packed at load, no plan)
   std::unique_ptr<Architecture> arch;
   std::unique_ptr<ThreadPool> pool;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ops_internal.h"
+
 namespace ts::ops::detail {
 
 void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, float* y, int64_t n) {
@@ -18,16 +20,7 @@ void geglu_tanh_f16_avx2(const float* table, const float* g, const float* u, flo
     r = _mm256_blendv_ps(r, zero, _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
     _mm256_storeu_ps(y + i, r);
   }
-  for (; i < n; ++i) {
-    const float x = g[i];
-    if (x <= -10.0f) {
-      y[i] = 0.0f;
-    } else if (x >= 10.0f) {
-      y[i] = x * u[i];
-    } else {
-      y[i] = table[uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT))] * u[i];
-    }
-  }
+  geglu_tanh_f16_scalar(table, g + i, u + i, y + i, n - i);  // the tail: the reference row
 }
 
 }  // namespace ts::ops::detail

@@ -1,6 +1,6 @@
 // `tierserve build`: the build step. Loads a GGUF model through the engine, packs every
 // matrix into the kernels' interleaved panels once, and writes them to a plan file
-// (default MODEL.gguf.tsplan, format in docs/plan_format.md) that later loads map and use
+// (default MODEL.gguf.tsplan, format in docs/pack_format.md) that later loads map and use
 // in place. Re-running is cheap: a plan that validates against the model is kept unless
 // --force.
 #include <CLI/CLI.hpp>
@@ -13,7 +13,7 @@
 
 #include "commands.h"
 #include "core/clock.h"
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 #include "model_path.h"
 #include "models/register.h"
 
@@ -55,18 +55,18 @@ int cmd_build(int argc, char** argv) {
     return 2;
   }
   if (model.empty()) model = default_model_path();
-  if (out.empty()) out = engine::default_plan_path(model);
+  if (out.empty()) out = engine::default_pack_path(model);
 
   struct stat st {};
   if (!force && ::stat(out.c_str(), &st) == 0) {
     Result<std::unique_ptr<gguf::File>> src = gguf::File::open(model);
     if (!src.is_ok()) return fail(src.status().to_string());
-    Result<std::unique_ptr<engine::PlanFile>> plan = engine::PlanFile::open(out, **src);
+    Result<std::unique_ptr<engine::PackFile>> plan = engine::PackFile::open(out, **src);
     Status why = plan.status();
     if (plan.is_ok() && verify) {
       const int64_t t0 = now_ns();
       ThreadPool pool(n_threads > 0 ? n_threads : int(std::max(1u, std::thread::hardware_concurrency())));
-      why = engine::verify_plan_panels(**plan, **src, &pool);
+      why = engine::verify_pack_panels(**plan, **src, &pool);
       if (why.is_ok())
         std::printf("verified every panel of %s in %.0f ms\n", out.c_str(), double(now_ns() - t0) * 1e-6);
     }
@@ -80,7 +80,7 @@ int cmd_build(int argc, char** argv) {
 
   models::register_all();
   const int64_t t0 = now_ns();
-  Result<engine::BuildReport> r = engine::build_plan(model, out, n_threads);
+  Result<engine::BuildReport> r = engine::build_pack_file(model, out, n_threads);
   if (!r.is_ok()) return fail(r.status().to_string());
   const double total_ms = double(now_ns() - t0) * 1e-6;
 
@@ -94,7 +94,7 @@ int cmd_build(int argc, char** argv) {
                   static_cast<long long>(e.n_rows), static_cast<long long>(e.n_cols), mib(e.n_bytes),
                   static_cast<unsigned long long>(e.offset));
   }
-  std::printf("built %s from %s\n", r->plan_path.c_str(), model.c_str());
+  std::printf("built %s from %s\n", r->pack_path.c_str(), model.c_str());
   for (const auto& [type, nb] : by_type)
     std::printf("  %-5s %4d matrices %10.2f MiB of panels\n", type.c_str(), nb.first, mib(nb.second));
   std::printf("  %lld matrices, %.2f MiB of panels, plan %.2f MiB (model %.2f MiB); "

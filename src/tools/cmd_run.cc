@@ -199,9 +199,9 @@ int cmd_run(int argc, char** argv) {
   models::register_all();
   const int64_t t_load = now_ns();
   engine::ModelOptions mo;
-  mo.plan_path = o.plan;
-  mo.use_plan = !o.no_plan;
-  mo.copy_plan = !o.map_plan;
+  mo.pack_path = o.plan;
+  mo.use_pack = !o.no_plan;
+  mo.copy_pack = !o.map_plan;
   mo.n_threads = o.n_threads;
   // The CLI or the config has checked the name.
   TS_CHECK(ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
@@ -352,9 +352,9 @@ int cmd_run(int argc, char** argv) {
     j["load_ms"] = pi.load_ms;
     j["warmup_ms"] = warmup_ms;
     j["ready_ms"] = ready_ms;
-    j["plan"] = pi.plan_path;
-    j["plan_warning"] = pi.plan_warning;
-    j["matrices_from_plan"] = pi.n_from_plan;
+    j["plan"] = pi.pack_path;
+    j["plan_warning"] = pi.pack_warning;
+    j["matrices_from_plan"] = pi.n_from_pack;
     j["matrices_packed"] = pi.n_packed;
     j["weight_bytes_on_2mib_pages"] = pi.arena_huge ? pi.bytes_in_arena : 0;
     j["memory_ready"] = memory_json(mem_ready);
@@ -369,7 +369,7 @@ int cmd_run(int argc, char** argv) {
                ready_ms, pi.load_ms, warmup_ms, double(mem_end.rss_bytes) / 1048576.0,
                double(mem_end.anon_bytes) / 1048576.0, double(mem_end.file_bytes) / 1048576.0,
                double(mem_end.hwm_bytes) / 1048576.0,
-               pi.plan_path.empty() ? "weights packed in memory" : ("plan " + pi.plan_path).c_str());
+               pi.pack_path.empty() ? "weights packed in memory" : ("plan " + pi.pack_path).c_str());
   std::fprintf(stderr,
                "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok, %lld passes %.2f ms (%.1f tok/s) | "
                "%.2f GB/s of %.1f GB/s peak (%.1f%%) | %d threads | logits hash %s | stop: %s\n",

@@ -30,7 +30,7 @@ void run_sized(ThreadPool& pool, int64_t work_bytes, const F& fn) {
 }
 
 // Where Matrix::pack gets its panels while a model loads. Model::load installs one (a
-// mapped plan file, engine/plan_file.h) around Architecture::prepare, so the architectures
+// mapped plan file, engine/pack_file.h) around Architecture::prepare, so the architectures
 // keep calling Matrix::pack unchanged; `tierserve build` installs one that records what was
 // packed. The hook is per thread: prepare runs on the loading thread.
 class PackHook {

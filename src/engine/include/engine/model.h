@@ -22,19 +22,19 @@ struct ModelOptions {
   // Repack the matrices into the kernels' interleaved layout at load: faster decode, but
   // quantized weights then live in RAM as well as in the mapped file.
   bool pack_weights = true;
-  // Prebuilt panels from `tierserve build` (engine/plan_file.h) instead of packing, copied
-  // (copy_plan) onto the model's arena of 2 MiB pages, or used in place from the mapping.
+  // Prebuilt panels from `tierserve build` (engine/pack_file.h) instead of packing, copied
+  // (copy_pack) onto the model's arena of 2 MiB pages, or used in place from the mapping.
   // Empty: MODEL.gguf.tsplan beside the model, if it exists. A plan given here must exist
   // (kNotFound otherwise). A plan that is malformed or stale (built from another file or
   // by kernels with another panel layout) is ignored with a warning and the weights are
   // packed in memory, so results never depend on it.
-  std::string plan_path;
-  bool use_plan = true;  // false: never look for a plan (nor with pack_weights = false)
+  std::string pack_path;
+  bool use_pack = true;  // false: never look for a plan (nor with pack_weights = false)
   // Copy a plan's panels onto 2 MiB pages (a copy costs a fraction of packing): this
   // kernel maps the plan file on 4 KiB pages, and Gemma 3 270M decoded 17% faster from the
-  // copy (docs/plan_format.md). false: read them in place from the mapping (no copy in RAM,
+  // copy (docs/pack_format.md). false: read them in place from the mapping (no copy in RAM,
   // pages shared by every process mapping the plan).
-  bool copy_plan = true;
+  bool copy_pack = true;
   // The attention's numerics (ops::AttnNumerics): F32 tiles, or the rounding of one of
   // llama.cpp's two paths.
   ops::AttnNumerics attn_numerics = ops::AttnNumerics::kFlashF16;
@@ -45,9 +45,9 @@ class PackHook;
 
 // How the matrices got their packed panels at load.
 struct PackInfo {
-  std::string plan_path;     // the plan used, empty when none
-  std::string plan_warning;  // why a plan that exists was not used (empty otherwise)
-  int64_t n_from_plan = 0;   // matrices whose panels come from the plan (copied onto 2 MiB pages)
+  std::string pack_path;     // the plan used, empty when none
+  std::string pack_warning;  // why a plan that exists was not used (empty otherwise)
+  int64_t n_from_pack = 0;   // matrices whose panels come from the plan (copied onto 2 MiB pages)
   int64_t n_packed = 0;      // matrices packed at load
   uint64_t bytes_from_plan = 0;
   uint64_t bytes_packed = 0;

@@ -1,7 +1,9 @@
-// Plan files: the kernels' packed weight panels of one GGUF model, written once by
+// Packed-weights files (`.tsplan`, `--plan` on the command line: their historic name, kept
+// for compatibility; in the code "plan" means only the scheduler's step plan): the
+// kernels' packed weight panels of one GGUF model, written once by
 // `tierserve build` and mapped by the engine, which uses the panels in place (no copy; the
 // pages are shared by every process mapping the plan and only the pages touched become
-// resident). The format is specified in docs/plan_format.md.
+// resident). The format is specified in docs/pack_format.md.
 //
 // A plan is trusted only after validation: every field is range-checked with overflow-safe
 // arithmetic against the file size (kDataLoss naming the field and its byte offset, e.g.
@@ -26,7 +28,7 @@
 
 namespace ts::engine {
 
-namespace plan_format {
+namespace pack_format {
 inline constexpr char kMagic[8] = {'T', 'S', 'P', 'L', 'A', 'N', '\x1a', '\n'};
 inline constexpr uint32_t kVersion = 1;
 inline constexpr uint64_t kHeaderBytes = 128;
@@ -53,10 +55,10 @@ uint64_t hash_bytes(std::span<const uint8_t> bytes, uint64_t seed = 0);
 // False, changing nothing, when the image is shorter than the header or its table or
 // names are out of range.
 bool reseal(std::span<uint8_t> plan);
-}  // namespace plan_format
+}  // namespace pack_format
 
 // MODEL.gguf -> MODEL.gguf.tsplan, where `tierserve build` writes and the engine looks.
-std::string default_plan_path(const std::string& model_path);
+std::string default_pack_path(const std::string& model_path);
 
 // The cheap identity of a source GGUF the plan records: its size, the start of its data
 // section, a hash of every byte before it (header, metadata, tensor table with names,
@@ -71,7 +73,7 @@ struct SourceIdentity {
 SourceIdentity source_identity(const gguf::File& src);
 
 // One matrix's packed panels to write.
-struct PlanTensor {
+struct PackTensor {
   std::string name;            // the GGUF tensor
   kernels::WeightView view;    // into the source GGUF's mapping
   const uint8_t* panels = nullptr;  // kernels::packed_bytes(view) bytes
@@ -80,11 +82,11 @@ struct PlanTensor {
 // Writes a plan for `src` through `path`.tmp.PID, renamed at the end (a reader never sees
 // half a plan). Tensors are stored in the order of their source offsets.
 // kInvalidArgument for a view that is not a whole GGUF tensor of `src`, kIo on write errors.
-Status write_plan(const std::string& path, const gguf::File& src, std::span<const PlanTensor> tensors);
+Status write_pack_file(const std::string& path, const gguf::File& src, std::span<const PackTensor> tensors);
 
 // A validated plan, mapped (open) or over caller-owned bytes (parse), bound to the GGUF
 // it was checked against; both must outlive it.
-class PlanFile : public PackHook {
+class PackFile : public PackHook {
  public:
   struct Entry {
     std::string name;
@@ -96,8 +98,8 @@ class PlanFile : public PackHook {
 
   // Errors: those of MappedFile::open (kNotFound when missing), kDataLoss (malformed),
   // kFailedPrecondition (stale: other format or layout version, other source GGUF).
-  static Result<std::unique_ptr<PlanFile>> open(const std::string& path, const gguf::File& src);
-  static Result<std::unique_ptr<PlanFile>> parse(std::span<const uint8_t> bytes, const gguf::File& src);
+  static Result<std::unique_ptr<PackFile>> open(const std::string& path, const gguf::File& src);
+  static Result<std::unique_ptr<PackFile>> parse(std::span<const uint8_t> bytes, const gguf::File& src);
 
   const std::vector<Entry>& entries() const { return entries_; }  // by source offset
   uint64_t file_bytes() const { return bytes_.size(); }
@@ -116,7 +118,7 @@ class PlanFile : public PackHook {
   }
 
  private:
-  PlanFile() = default;
+  PackFile() = default;
   Status validate(const gguf::File& src);
 
   std::unique_ptr<MappedFile> mapping_;
@@ -131,23 +133,23 @@ class PlanFile : public PackHook {
 // Repacks every planned tensor of `src` in memory and compares the panels with the plan's,
 // byte for byte (reads the whole plan; load-time validation does not look at the panels).
 // kDataLoss naming the first tensor that differs and the byte.
-Status verify_plan_panels(const PlanFile& plan, const gguf::File& src, ThreadPool* pool);
+Status verify_pack_panels(const PackFile& plan, const gguf::File& src, ThreadPool* pool);
 
 // What `tierserve build` did.
 struct BuildReport {
-  std::string plan_path;
+  std::string pack_path;
   uint64_t plan_bytes = 0;
   uint64_t source_bytes = 0;
   uint64_t panel_bytes = 0;   // sum over tensors
   int64_t n_tensors = 0;
-  std::vector<PlanFile::Entry> tensors;
+  std::vector<PackFile::Entry> tensors;
   double load_ms = 0;  // model load + packing
   double write_ms = 0;
 };
 
 // Loads `model_path` with the registered architectures (packing in memory, no plan),
-// records every matrix the architecture packs, and writes them as a plan to `plan_path`
-// (empty: default_plan_path). n_threads as ModelOptions.
-Result<BuildReport> build_plan(const std::string& model_path, const std::string& plan_path, int n_threads);
+// records every matrix the architecture packs, and writes them as a plan to `pack_path`
+// (empty: default_pack_path). n_threads as ModelOptions.
+Result<BuildReport> build_pack_file(const std::string& model_path, const std::string& pack_path, int n_threads);
 
 }  // namespace ts::engine

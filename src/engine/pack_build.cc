@@ -1,5 +1,5 @@
 // Plan files: the writer and the build step (`tierserve build`). The reader is
-// plan_file.cc; the format is docs/plan_format.md.
+// pack_file.cc; the format is docs/pack_format.md.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 
 #include "core/check.h"
 #include "core/clock.h"
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 #include "model_impl.h"
 
 namespace ts::engine {
@@ -57,17 +57,17 @@ class Recorder : public PackHook {
 
 }  // namespace
 
-Status write_plan(const std::string& path, const gguf::File& src, std::span<const PlanTensor> tensors) {
-  using namespace plan_format;
+Status write_pack_file(const std::string& path, const gguf::File& src, std::span<const PackTensor> tensors) {
+  using namespace pack_format;
   const uint8_t* base = src.bytes().data();
   struct Item {
-    const PlanTensor* t;
+    const PackTensor* t;
     uint64_t source_offset, offset, n_bytes;
     uint32_t name_off;
   };
   std::vector<Item> items;
   std::string names;
-  for (const PlanTensor& t : tensors) {
+  for (const PackTensor& t : tensors) {
     const gguf::TensorInfo* info = src.find_tensor(t.name);
     if (!info || info->data != t.view.data || info->type != t.view.type || info->ne[0] != t.view.n_cols ||
         info->n_rows() != t.view.n_rows)
@@ -162,9 +162,9 @@ Status write_plan(const std::string& path, const gguf::File& src, std::span<cons
   return Status::ok();
 }
 
-Status verify_plan_panels(const PlanFile& plan, const gguf::File& src, ThreadPool* pool) {
+Status verify_pack_panels(const PackFile& plan, const gguf::File& src, ThreadPool* pool) {
   for (size_t i = 0; i < plan.entries().size(); ++i) {
-    const PlanFile::Entry& e = plan.entries()[i];
+    const PackFile::Entry& e = plan.entries()[i];
     const gguf::TensorInfo* t = src.find_tensor(e.name);
     if (!t) return failed_precondition("plan tensor '" + e.name + "' is not in the model");
     const kernels::WeightView w{t->data, e.type, e.n_cols, e.n_rows};
@@ -179,12 +179,12 @@ Status verify_plan_panels(const PlanFile& plan, const gguf::File& src, ThreadPoo
   return Status::ok();
 }
 
-Result<BuildReport> build_plan(const std::string& model_path, const std::string& plan_path, int n_threads) {
+Result<BuildReport> build_pack_file(const std::string& model_path, const std::string& pack_path, int n_threads) {
   BuildReport r;
-  r.plan_path = plan_path.empty() ? default_plan_path(model_path) : plan_path;
+  r.pack_path = pack_path.empty() ? default_pack_path(model_path) : pack_path;
   ModelOptions opts;
   opts.n_threads = n_threads;
-  opts.use_plan = false;
+  opts.use_pack = false;
   opts.pack_weights = true;
   Recorder rec;
   const int64_t t0 = now_ns();
@@ -193,7 +193,7 @@ Result<BuildReport> build_plan(const std::string& model_path, const std::string&
   const gguf::File& src = model->gguf();
   std::map<const void*, const gguf::TensorInfo*> by_data;
   for (const gguf::TensorInfo& t : src.tensors()) by_data[t.data] = &t;
-  std::vector<PlanTensor> tensors;
+  std::vector<PackTensor> tensors;
   for (const auto& [data, vp] : rec.by_source_) {
     auto it = by_data.find(data);
     // A matrix that is not a whole GGUF tensor (a slice) stays packed in memory at load.
@@ -202,11 +202,11 @@ Result<BuildReport> build_plan(const std::string& model_path, const std::string&
       continue;
     tensors.push_back({it->second->name, vp.first, vp.second});
   }
-  TS_RETURN_IF_ERROR(write_plan(r.plan_path, src, tensors));
+  TS_RETURN_IF_ERROR(write_pack_file(r.pack_path, src, tensors));
   r.write_ms = double(now_ns() - t1) * 1e-6;
   r.load_ms = double(t1 - t0) * 1e-6;
   // Read back through the validating reader: what we report is what the engine will see.
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<PlanFile> plan, PlanFile::open(r.plan_path, src));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<PackFile> plan, PackFile::open(r.pack_path, src));
   r.plan_bytes = plan->file_bytes();
   r.source_bytes = src.bytes().size();
   r.n_tensors = int64_t(plan->entries().size());

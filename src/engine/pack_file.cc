@@ -1,5 +1,5 @@
 // Plan files: validation and look-up (reader side). The writer and the build step live in
-// plan_build.cc; the format is specified in docs/plan_format.md.
+// pack_build.cc; the format is specified in docs/pack_format.md.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "core/safe_math.h"
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 #include "kernels/traits.h"
 
 namespace ts::engine {
@@ -32,7 +32,7 @@ Status bad(const std::string& what, uint64_t off) { return data_loss("plan " + w
 
 }  // namespace
 
-namespace plan_format {
+namespace pack_format {
 
 uint64_t hash_bytes(std::span<const uint8_t> bytes, uint64_t seed) {
   // Word-at-a-time multiply/rotate mixing with a final avalanche: ~1 GB/s+ on one core,
@@ -78,31 +78,31 @@ bool reseal(std::span<uint8_t> plan) {
   return true;
 }
 
-}  // namespace plan_format
+}  // namespace pack_format
 
-std::string default_plan_path(const std::string& model_path) { return model_path + ".tsplan"; }
+std::string default_pack_path(const std::string& model_path) { return model_path + ".tsplan"; }
 
 SourceIdentity source_identity(const gguf::File& src) {
   SourceIdentity id;
   const std::span<const uint8_t> b = src.bytes();
   id.file_bytes = b.size();
   id.data_offset = src.data_offset();
-  id.header_hash = plan_format::hash_bytes(b.subspan(0, std::min<uint64_t>(src.data_offset(), b.size())), 2);
+  id.header_hash = pack_format::hash_bytes(b.subspan(0, std::min<uint64_t>(src.data_offset(), b.size())), 2);
   uint64_t h = 3;
   for (const gguf::TensorInfo& t : src.tensors()) {
     if (!t.data || t.n_bytes == 0) continue;
     const size_t off = size_t(t.data - b.data());
     const size_t n = size_t(std::min<uint64_t>(32, t.n_bytes));
-    h = plan_format::hash_bytes(b.subspan(off, n), h);
-    h = plan_format::hash_bytes(b.subspan(off + size_t(t.n_bytes) - n, n), h);
+    h = pack_format::hash_bytes(b.subspan(off, n), h);
+    h = pack_format::hash_bytes(b.subspan(off + size_t(t.n_bytes) - n, n), h);
   }
   id.sample_hash = h;
   return id;
 }
 
-Result<std::unique_ptr<PlanFile>> PlanFile::open(const std::string& path, const gguf::File& src) {
+Result<std::unique_ptr<PackFile>> PackFile::open(const std::string& path, const gguf::File& src) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> m, MappedFile::open(path));
-  std::unique_ptr<PlanFile> p(new PlanFile());
+  std::unique_ptr<PackFile> p(new PackFile());
   p->bytes_ = m->bytes();
   p->mapping_ = std::move(m);
   p->path_ = path;
@@ -110,15 +110,15 @@ Result<std::unique_ptr<PlanFile>> PlanFile::open(const std::string& path, const 
   return p;
 }
 
-Result<std::unique_ptr<PlanFile>> PlanFile::parse(std::span<const uint8_t> bytes, const gguf::File& src) {
-  std::unique_ptr<PlanFile> p(new PlanFile());
+Result<std::unique_ptr<PackFile>> PackFile::parse(std::span<const uint8_t> bytes, const gguf::File& src) {
+  std::unique_ptr<PackFile> p(new PackFile());
   p->bytes_ = bytes;
   TS_RETURN_IF_ERROR(p->validate(src));
   return p;
 }
 
-Status PlanFile::validate(const gguf::File& src) {
-  using namespace plan_format;
+Status PackFile::validate(const gguf::File& src) {
+  using namespace pack_format;
   const uint8_t* b = bytes_.data();
   const uint64_t size = bytes_.size();
   if (size < kHeaderBytes)
@@ -256,7 +256,7 @@ Status PlanFile::validate(const gguf::File& src) {
   return Status::ok();
 }
 
-const uint8_t* PlanFile::find(const kernels::WeightView& w) {
+const uint8_t* PackFile::find(const kernels::WeightView& w) {
   const auto* d = static_cast<const uint8_t*>(w.data);
   if (!d || d < src_base_ || d >= src_base_ + src_bytes_) return nullptr;
   const uint64_t off = uint64_t(d - src_base_);

@@ -1,7 +1,7 @@
 // Plan files: round trip against in-memory packing, and crafted bad plans (truncated, bad
 // magic, stale versions, another source GGUF, overlapping or out-of-range tensors, every
 // prefix, every flipped header byte) each ending in a typed error, never a crash.
-#include "engine/plan_file.h"
+#include "engine/pack_file.h"
 
 #include <gtest/gtest.h>
 
@@ -17,9 +17,9 @@
 namespace ts::engine {
 namespace {
 
-using namespace plan_format;
+using namespace pack_format;
 
-const std::string kWork = std::string(TS_BINARY_DIR) + "/plan_file_test";
+const std::string kWork = std::string(TS_BINARY_DIR) + "/pack_file_test";
 
 // A quantized matrix of random levels with sane fp16 scales (1.0), so products are finite.
 std::vector<uint8_t> random_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed) {
@@ -64,7 +64,7 @@ struct Fixture : ::testing::Test {
   std::unique_ptr<gguf::File> src;
   std::vector<kernels::PackedWeight> packed;
   std::vector<uint8_t> plan;  // the plan image
-  std::string plan_path;
+  std::string pack_path;
 
   static std::vector<uint8_t> make_gguf(const std::vector<Mat>& mats, uint32_t seed, const std::string& note) {
     gguf::Writer w;
@@ -91,16 +91,16 @@ struct Fixture : ::testing::Test {
     auto r = gguf::File::parse(gguf_bytes);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     src = std::move(*r);
-    std::vector<PlanTensor> ts;
+    std::vector<PackTensor> ts;
     for (const Mat& m : mats) packed.push_back(kernels::PackedWeight::pack(view(*src, m)));
     for (size_t i = 0; i < mats.size(); ++i) ts.push_back({mats[i].name, view(*src, mats[i]), packed[i].panels()});
-    plan_path = kWork + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".tsplan";
-    ASSERT_TRUE(write_plan(plan_path, *src, ts).is_ok());
-    std::ifstream in(plan_path, std::ios::binary);
+    pack_path = kWork + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".tsplan";
+    ASSERT_TRUE(write_pack_file(pack_path, *src, ts).is_ok());
+    std::ifstream in(pack_path, std::ios::binary);
     plan.assign(std::istreambuf_iterator<char>(in), {});
   }
 
-  Status parse(const std::vector<uint8_t>& bytes) const { return PlanFile::parse(bytes, *src).status(); }
+  Status parse(const std::vector<uint8_t>& bytes) const { return PackFile::parse(bytes, *src).status(); }
 
   uint64_t get64(uint64_t off) const {
     uint64_t v;
@@ -127,9 +127,9 @@ void expect_error(const Status& st, StatusCode code, const std::string& needle) 
 }
 
 TEST_F(Fixture, RoundTripGivesThePanelsOfInMemoryPacking) {
-  auto r = PlanFile::open(plan_path, *src);
+  auto r = PackFile::open(pack_path, *src);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  PlanFile& p = **r;
+  PackFile& p = **r;
   ASSERT_EQ(p.entries().size(), mats.size());
   EXPECT_EQ(p.file_bytes(), plan.size());
   for (size_t i = 0; i < mats.size(); ++i) {
@@ -195,7 +195,7 @@ TEST_F(Fixture, RejectsEveryFlippedByteBeforeTheData) {
     std::vector<uint8_t> b = plan;
     b[i] ^= 0x01;
     if (i < kOffChecksum || i >= kOffChecksum + 8) reseal(b);
-    auto r = PlanFile::parse(b, *src);
+    auto r = PackFile::parse(b, *src);
     if (!r.is_ok()) {
       const StatusCode c = r.status().code();
       ASSERT_TRUE(c == StatusCode::kDataLoss || c == StatusCode::kFailedPrecondition) << r.status().to_string();
@@ -217,7 +217,7 @@ TEST_F(Fixture, SurvivesRandomResealedMutations) {
     const int n = 1 + int(rng() % 8);
     for (int k = 0; k < n; ++k) b[rng() % names_end] = uint8_t(rng());
     reseal(b);
-    auto r = PlanFile::parse(b, *src);
+    auto r = PackFile::parse(b, *src);
     if (r.is_ok()) {
       for (const auto& e : (*r)->entries()) ASSERT_LE(e.offset + e.n_bytes, b.size());
     }
@@ -289,37 +289,37 @@ TEST_F(Fixture, RejectsAPlanBuiltFromAnotherGguf) {
   const std::vector<uint8_t> other_weights = make_gguf(mats, 2, "model");
   auto o1 = gguf::File::parse(other_weights);
   ASSERT_TRUE(o1.is_ok());
-  expect_error(PlanFile::parse(plan, **o1).status(), StatusCode::kFailedPrecondition, "tensor data sample hash");
+  expect_error(PackFile::parse(plan, **o1).status(), StatusCode::kFailedPrecondition, "tensor data sample hash");
   // Other metadata of the same size: the header hash differs.
   const std::vector<uint8_t> other_meta = make_gguf(mats, 1, "modeX");
   auto o2 = gguf::File::parse(other_meta);
   ASSERT_TRUE(o2.is_ok());
-  expect_error(PlanFile::parse(plan, **o2).status(), StatusCode::kFailedPrecondition, "header hash");
+  expect_error(PackFile::parse(plan, **o2).status(), StatusCode::kFailedPrecondition, "header hash");
   const std::vector<uint8_t> other_size = make_gguf(mats, 1, std::string(200, 'n'));
   auto o3 = gguf::File::parse(other_size);
   ASSERT_TRUE(o3.is_ok());
-  expect_error(PlanFile::parse(plan, **o3).status(), StatusCode::kFailedPrecondition, "file size");
+  expect_error(PackFile::parse(plan, **o3).status(), StatusCode::kFailedPrecondition, "file size");
 }
 
 TEST_F(Fixture, OpenNamesThePathAndMissingFilesAreNotFound) {
-  EXPECT_EQ(PlanFile::open(kWork + "/missing.tsplan", *src).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(PackFile::open(kWork + "/missing.tsplan", *src).status().code(), StatusCode::kNotFound);
   const std::string bad = kWork + "/bad.tsplan";
   std::ofstream(bad, std::ios::binary) << "not a plan";
-  expect_error(PlanFile::open(bad, *src).status(), StatusCode::kDataLoss, bad + ": plan header");
-  EXPECT_EQ(default_plan_path("/x/m.gguf"), "/x/m.gguf.tsplan");
+  expect_error(PackFile::open(bad, *src).status(), StatusCode::kDataLoss, bad + ": plan header");
+  EXPECT_EQ(default_pack_path("/x/m.gguf"), "/x/m.gguf.tsplan");
 }
 
 TEST_F(Fixture, WriterRejectsViewsThatAreNotWholeTensors) {
   kernels::WeightView w = view(*src, mats[0]);
   w.n_rows -= 1;
-  const std::vector<PlanTensor> ts = {{mats[0].name, w, packed[0].panels()}};
-  EXPECT_EQ(write_plan(kWork + "/w.tsplan", *src, ts).code(), StatusCode::kInvalidArgument);
-  const std::vector<PlanTensor> twice = {{mats[0].name, view(*src, mats[0]), packed[0].panels()},
+  const std::vector<PackTensor> ts = {{mats[0].name, w, packed[0].panels()}};
+  EXPECT_EQ(write_pack_file(kWork + "/w.tsplan", *src, ts).code(), StatusCode::kInvalidArgument);
+  const std::vector<PackTensor> twice = {{mats[0].name, view(*src, mats[0]), packed[0].panels()},
                                          {mats[0].name, view(*src, mats[0]), packed[0].panels()}};
-  EXPECT_EQ(write_plan(kWork + "/w.tsplan", *src, twice).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_pack_file(kWork + "/w.tsplan", *src, twice).code(), StatusCode::kInvalidArgument);
   // An empty plan is valid (a model of float matrices has nothing to pack).
-  ASSERT_TRUE(write_plan(kWork + "/empty.tsplan", *src, {}).is_ok());
-  auto r = PlanFile::open(kWork + "/empty.tsplan", *src);
+  ASSERT_TRUE(write_pack_file(kWork + "/empty.tsplan", *src, {}).is_ok());
+  auto r = PackFile::open(kWork + "/empty.tsplan", *src);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_TRUE((*r)->entries().empty());
 }
