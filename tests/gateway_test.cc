@@ -375,6 +375,16 @@ TEST(Gateway, EachWorkerKindGetsTheTierInItsTermsAndKeysAreLimitedOnce) {
   sent = json::parse(ts.last_body());
   EXPECT_EQ(sent["service_tier"], "batch") << sent.dump();
   EXPECT_FALSE(sent.contains("priority"));
+  // A valid W3C traceparent goes on to the worker; a malformed one does not.
+  const std::string tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  for (const std::string& given : {tp, std::string("00-zz-01"), std::string("00-") + std::string(32, '0') + "-00f067aa0ba902b7-01"}) {
+    HeaderList h = std_key;
+    h.emplace_back("traceparent", given);
+    r = http(g.port(), "POST", "/v1/completions", completion("mid", "Once", 4, false), h);
+    ASSERT_EQ(r.status, 200) << r.body;
+    if (given == tp) EXPECT_NE(ts.last_head().find("traceparent: " + tp + "\r\n"), std::string::npos) << ts.last_head();
+    else EXPECT_EQ(ts.last_head().find("traceparent"), std::string::npos) << given << ":\n" << ts.last_head();
+  }
   const int seen = ts.completions();
   r = http(g.port(), "POST", "/v1/completions", R"({"model":"mid","prompt":"Once","priority":"high"})", std_key);
   EXPECT_EQ(r.status, 400) << r.body;

@@ -108,7 +108,8 @@ void Gateway::completions(const HttpRequest& req, std::shared_ptr<Responder> out
   x->path = chat ? "/v1/chat/completions" : "/v1/completions";
   x->arrived_ns = clock_.now_ns();
   x->request_id = x->rec ? x->rec->request_id : "";
-  x->traceparent = std::string(req.header("traceparent"));
+  // Passed on only when valid (what the workers would log); anything else is dropped here.
+  if (const std::string_view tp = req.header("traceparent"); !server::trace_id_of(tp).empty()) x->traceparent = std::string(tp);
   x->body = json::parse(req.body, nullptr, false);
   auto bad = [&](const std::string& msg, const std::string& param, const std::string& code) {
     out->respond(server::error_response(server::bad_request(msg, param, code)));

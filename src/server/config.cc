@@ -308,7 +308,7 @@ Result<ConfigOverride> parse_set(std::string_view assignment) {
 
 std::vector<ConfigOverride> env_overrides(const char* const* env) {
   // Top-level keys that hold a scalar: the only ones a single-segment variable can name.
-  static const std::set<std::string> kScalars = {"scheduling", "default_tier", "drain_timeout_ms", "on_unentitled"};
+  static const std::set<std::string> kScalars = {"scheduling", "default_tier", "drain_timeout_ms", "on_unentitled", "keys_file"};
   std::vector<ConfigOverride> out;
   constexpr std::string_view kPrefix = "TIERSERVE_";
   for (const char* const* e = env; e && *e; ++e) {

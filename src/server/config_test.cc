@@ -295,6 +295,15 @@ TEST(ServerConfigLayers, SetAndEnvironmentOverrideTheFile) {
   EXPECT_EQ(again->model.system_prompt, c->model.system_prompt);
 }
 
+// A Kubernetes Secret mounted as a file names it through the environment too.
+TEST(ServerConfigLayers, KeysFileFromTheEnvironment) {
+  const char* env[] = {"TIERSERVE_KEYS_FILE=/run/secrets/keys.yaml", nullptr};
+  const auto from_env = env_overrides(env);
+  ASSERT_EQ(from_env.size(), 1u);
+  EXPECT_EQ(from_env[0].path, "keys_file");
+  EXPECT_EQ(from_env[0].value, "/run/secrets/keys.yaml");
+}
+
 TEST(ServerConfigLayers, BadKeysAndValuesNameWhereTheyCameFrom) {
   auto bad = [](std::vector<ConfigOverride> env, std::vector<ConfigOverride> sets) {
     auto c = load_layered_config("", env, sets);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <mutex>
@@ -117,6 +118,11 @@ class FakeWorker {
     std::lock_guard<std::mutex> lk(mu_);
     return last_body_;
   }
+  // The request line and headers of the last completion, lowercased.
+  std::string last_head() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return last_head_;
+  }
 
  private:
   void accept_loop() {
@@ -172,6 +178,8 @@ class FakeWorker {
         {
           std::lock_guard<std::mutex> lk(mu_);
           last_body_ = body;
+          last_head_ = head;
+          for (char& ch : last_head_) ch = char(std::tolower(static_cast<unsigned char>(ch)));
         }
         if (body.find("garbage200") != std::string::npos) {
           reply(c, 200, "application/json", "this is not json");
@@ -206,7 +214,7 @@ class FakeWorker {
   std::atomic<int> n_completions_{0};
   std::thread accept_;
   mutable std::mutex mu_;
-  std::string last_body_;
+  std::string last_body_, last_head_;
   std::vector<int> conns_;
   std::vector<std::thread> threads_;
 };

@@ -34,6 +34,7 @@ using testing_proc::slurp;
 class ServerProcess {
  public:
   ServerProcess(std::string work_dir, std::string name) : dir_(std::move(work_dir)), name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
   ~ServerProcess() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
