@@ -224,8 +224,15 @@ TEST(Gateway, KillNineUnderLoadLosesNothingAndTheWorkerComesBack) {
   EXPECT_EQ(ok + errors, kClients * kPerClient);
   for (const auto& [code, n] : codes) EXPECT_EQ(code, "worker_error") << n;
   EXPECT_GT(ok, kClients * kPerClient / 2);
-  // The gateway's counters and its access log agree with the client.
-  const std::string m = http(g.port(), "GET", "/metrics").body;
+  // The gateway's counters and its access log agree with the client. The exchange is
+  // counted when it ends, just after its last byte went to the socket, so a client can hold
+  // its answer a moment before the count moves: wait (bounded) for the totals to settle.
+  std::string m;
+  for (int i = 0; i < 100; ++i) {
+    m = http(g.port(), "GET", "/metrics").body;
+    if (metric_sum(m, "tierserve_gateway_requests_total{") >= kClients * kPerClient) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{"), kClients * kPerClient) << m;
   EXPECT_EQ(metric_sum(m, "tierserve_gateway_requests_total{tier=\"standard\",model=\"slow\",version=\"\",outcome=\"ok\"}"), ok);
   std::string err = g.stderr_text();

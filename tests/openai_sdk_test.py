@@ -263,7 +263,10 @@ class OpenAiSdk(unittest.TestCase):
         url = self.srv.url()
         for body in ({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
                       "logprobs": True, "top_logprobs": 1, "service_tier": "priority"},
-                     {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "stop": ["."]}):
+                     {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "stop": ["."]},
+                     # every other request value: each served tier's chunks validate too
+                     *({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                        "service_tier": t} for t in ("flex", "fast", "scale", "default", "auto", "batch"))):
             st, headers, text = raw_post(url, "/chat/completions",
                                          {**body, "stream": True, "stream_options": {"include_usage": True}})
             self.assertEqual(st, 200, text)
@@ -276,9 +279,12 @@ class OpenAiSdk(unittest.TestCase):
                 self.assertIsNone(ch["usage"])
             self.assertIsNotNone(chunks[-1]["usage"])
             self.assertEqual(chunks[-1]["choices"], [])
+            served = {"flex": "flex", "batch": "flex", "scale": "default", "default": "default"}.get(body.get("service_tier"))
             for ch in chunks:
                 ChatCompletionChunk.model_validate(ch, strict=True)
                 self.assertIn(ch["service_tier"], OPENAI_TIERS)
+                if served:
+                    self.assertEqual(ch["service_tier"], served, body)
         st, _, text = raw_post(url, "/completions", {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True,
                                                      "stream_options": {"include_usage": True}})
         self.assertEqual(st, 200, text)

@@ -319,6 +319,32 @@ TEST_F(AppTest, FailureMidStreamIsAnErrorEvent) {
   EXPECT_NE(rec->stream.find("data: [DONE]"), std::string::npos);
 }
 
+// A stream's headers go out at admission; while it waits it hears ": queued"; refused in
+// the queue after that (its max wait passed), it ends with an error event and [DONE].
+TEST_F(AppTest, RefusalWhileQueuedAfterTheHeadersIsAnErrorEvent) {
+  make();
+  auto rec = call(post("/v1/completions", R"({"prompt":"a","stream":true})"));
+  backend.admit(0, "standard");
+  EXPECT_TRUE(rec->streaming);
+  EXPECT_EQ(rec->resp.status, 200);
+  serving::Update w;
+  w.kind = K::kWaiting;
+  w.accepted = true;
+  w.tier_requested = w.tier_served = rank_of("standard");
+  backend.play(0, w);
+  EXPECT_NE(rec->stream.find(": queued"), std::string::npos) << rec->stream;
+  EXPECT_FALSE(rec->ended);
+  serving::Update f;
+  f.kind = K::kFailed;
+  f.reason = sched::Reason::kQueueTimeout;
+  f.message = "waited past max_queue_wait_ms";
+  backend.play(0, f);
+  EXPECT_TRUE(rec->ended);
+  EXPECT_NE(rec->stream.find("data: {\"error\":{\"code\":\"queue_timeout\""), std::string::npos) << rec->stream;
+  EXPECT_NE(rec->stream.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(rec->stream.find("\"text\""), std::string::npos) << "no token was sent: " << rec->stream;
+}
+
 TEST_F(AppTest, BadInputIs400BeforeQueueing) {
   make();
   auto r1 = call(post("/v1/completions", std::string(70, 'a').insert(0, "{\"prompt\":\"") + "\"}"));
