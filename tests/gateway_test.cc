@@ -299,6 +299,24 @@ TEST(Gateway, AHungWorkerIsRoutedAroundAndGarbageIsAnExplicitError) {
     EXPECT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.header("x-tierserve-worker"), "real") << r.body;
   }
+  // A draining worker (its readiness answers 503) leaves the fleet as fast, and comes back
+  // when it is ready again.
+  auto junk_up = [&] {
+    const json st = stats(g.port());
+    for (const auto& w : st["workers"])
+      if (w["name"] == "junk") return w["up"].get<bool>();
+    return false;
+  };
+  junk.drain(true);
+  const auto t1 = std::chrono::steady_clock::now();
+  while (junk_up() && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double drain_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_FALSE(junk_up()) << stats(g.port()).dump();
+  EXPECT_LT(drain_ms, 1500);
+  std::printf("[gateway] draining worker out after %.0f ms\n", drain_ms);
+  junk.drain(false);
+  ASSERT_TRUE(wait_up(g.port(), {"junk"}, 5000)) << stats(g.port()).dump();
   // Garbage from a worker: explicit errors, counted, and the gateway lives.
   HttpResult r = http(g.port(), "POST", "/v1/completions", completion("junk", "garbage200", 4, false));
   EXPECT_EQ(r.status, 502);

@@ -113,6 +113,8 @@ class FakeWorker {
   }
   int port() const { return port_; }
   void hang(bool on) { hang_ = on; }
+  // Draining: its health check answers 503 (as a tierserve worker does after SIGTERM).
+  void drain(bool on) { drain_ = on; }
   int completions() const { return n_completions_.load(); }
   std::string last_body() const {
     std::lock_guard<std::mutex> lk(mu_);
@@ -169,7 +171,9 @@ class FakeWorker {
         return close_conn(c);
       }
       const std::string path = head.substr(head.find(' ') + 1, head.find(' ', head.find(' ') + 1) - head.find(' ') - 1);
-      if (path == "/health/ready" || path == "/health") {
+      if ((path == "/health/ready" || path == "/health") && drain_) {
+        reply(c, 503, "application/json", R"({"status":"draining"})");
+      } else if (path == "/health/ready" || path == "/health") {
         reply(c, 200, "application/json", R"({"status":"ready"})");
       } else if (path == "/metrics") {
         reply(c, 200, "text/plain", "tierserve_num_requests_waiting 0\ntierserve_num_requests_running 0\n");
@@ -210,7 +214,7 @@ class FakeWorker {
   void close_conn(int c) { ::shutdown(c, SHUT_RDWR); }
 
   int fd_ = -1, port_ = 0;
-  std::atomic<bool> stop_{false}, hang_{false};
+  std::atomic<bool> stop_{false}, hang_{false}, drain_{false};
   std::atomic<int> n_completions_{0};
   std::thread accept_;
   mutable std::mutex mu_;
