@@ -151,11 +151,13 @@ struct Outcome {
   bool complete = false;      // 200 with a whole body or [DONE]
   bool explicit_error = false;  // an OpenAI error object (body or in-stream) with a code
   std::string code;
+  std::string request_id;       // x-request-id: its access-log line is found by it
 };
 
 Outcome classify(const HttpResult& r, bool stream) {
   Outcome o;
   o.status = r.status;
+  o.request_id = r.header("x-request-id");
   if (r.status == 0) return o;
   if (r.status != 200) {
     const json j = body_json(r);
@@ -240,6 +242,18 @@ TEST(Gateway, KillNineUnderLoadLosesNothingAndTheWorkerComesBack) {
   for (size_t p = 0; (p = err.find(" access request_id=", p)) != std::string::npos; ++p)
     access += err.compare(err.find("route=", p), 28, "route=\"POST /v1/completions\"") == 0;
   EXPECT_EQ(access, kClients * kPerClient) << err.substr(0, 2000);
+  // Request by request: each client outcome has its one access line, with the status the
+  // client saw and, for an error, the code it was told.
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o.request_id.empty());
+    const size_t at = err.find(" request_id=" + o.request_id + " ");
+    ASSERT_NE(at, std::string::npos) << o.request_id;
+    EXPECT_EQ(err.find(" request_id=" + o.request_id + " ", at + 1), std::string::npos) << "two lines for " << o.request_id;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    EXPECT_NE(line.find(" status=" + std::to_string(o.status) + " "), std::string::npos) << line;
+    if (o.explicit_error) EXPECT_NE(line.find(" error=" + o.code), std::string::npos) << line;
+    else EXPECT_EQ(line.find(" error="), std::string::npos) << line;
+  }
   // Each worker's load as read from its /metrics is in the stats.
   EXPECT_TRUE(s0["workers"][0]["load"].contains("kv_usage")) << s0.dump();
   // The worker is restarted and serves again.
