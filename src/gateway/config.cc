@@ -188,8 +188,10 @@ void parse_root(const YAML::Node& root, GatewayConfig& c) {
   if (root["router"]) parse_router(root["router"], c.router);
   if (const YAML::Node m = root["models"]) {
     if (!m.IsMap()) fail("models", "expected a mapping of model name: {versions, stable, sticky}");
+    std::set<std::string> seen;
     for (const auto& kv : m) {
       const std::string name = kv.first.as<std::string>(), path = "models." + name;
+      if (!seen.insert(name).second) fail(path, "listed twice (one entry per model)");
       check_keys(kv.second, path, {"versions", "stable", "sticky", "canary", "shadow"});
       ModelRelease r;
       if (const YAML::Node v = kv.second["versions"]) {

@@ -223,6 +223,15 @@ TEST(Releases, CanaryWorseThanStableIsRolledBack) {
   EXPECT_TRUE(decide(r, 1000).empty());
 }
 
+TEST(Releases, AModelListedTwiceIsRefused) {
+  const std::string yaml =
+      "workers:\n  - {name: a, kind: tierserve, model: chat, version: v1, url: 'http://h:1'}\n"
+      "models:\n  chat: {versions: {v1: 1}}\n  chat: {versions: {v1: 2}}\n";
+  auto c = parse_gateway_config(yaml);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("models.chat: listed twice"), std::string::npos) << c.status().to_string();
+}
+
 TEST(Releases, ConfigErrorsNameTheField) {
   const std::string workers =
       "workers:\n"
