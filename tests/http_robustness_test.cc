@@ -445,5 +445,26 @@ TEST_F(Robustness, EveryMalformedRequestGetsItsStatusAndCodeAndTheServerLives) {
   std::printf("%zu malformed requests checked\n", all.size());
 }
 
+// The gateway serves through the same HTTP layer: every framing case gets the same status
+// and error there, and it lives (the other classes are the worker's, behind it).
+TEST(RobustnessGateway, EveryFramingCaseGetsItsStatusAndCodeAndTheGatewayLives) {
+  ASSERT_EQ(std::system(("mkdir -p '" + kWork + "'").c_str()), 0);
+  ServerProcess gw(kWork, "robust-gw");
+  ASSERT_TRUE(gw.start_command(TS_TIERSERVE_BIN, "gateway",
+                               "limits: {max_header_bytes: 4096, max_body_bytes: 16384}\nhttp: {threads: 2}\n"
+                               "workers:\n  - {name: w, kind: local, model: stories, path: '" + kStories +
+                                   "', threads: 1, pool: shared}\n",
+                               {"--work-dir", kWork + "/robust-gw.d"}))
+      << gw.stderr_text();
+  const std::vector<Case> framing = framing_cases();
+  ASSERT_GE(framing.size(), 100u);
+  for (const auto& k : framing) {
+    check_case(gw.port(), k);
+    ASSERT_EQ(http(gw.port(), "GET", "/health/live").status, 200) << "the gateway died after: " << k.name;
+  }
+  EXPECT_EQ(gw.stop(SIGTERM), 0) << gw.stderr_text();
+  std::printf("%zu framing cases checked on the gateway\n", framing.size());
+}
+
 }  // namespace
 }  // namespace ts
