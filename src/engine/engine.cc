@@ -61,7 +61,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineOptions
     return invalid_argument("KV budget of " + std::to_string(n_blocks) + " blocks is too large");
 
   TS_ASSIGN_OR_RETURN(e->kv_, KvCache::create(shape, n_blocks, opts.block_size));
-  e->pool_ = std::make_unique<kv::BlockPool>(int32_t(n_blocks), opts.block_size);
+  if (!opts.external_kv) {
+    kv::KvOptions ko;
+    ko.n_blocks = int32_t(n_blocks);
+    ko.block_size = opts.block_size;
+    ko.prefix_cache = opts.prefix_cache;
+    ko.share_prefixes = opts.share_prefixes;
+    e->kvm_ = std::make_unique<kv::KvManager>(ko);
+  }
   e->ws_ = model.arch().make_workspace(opts.max_step_tokens, model.n_threads());
   return e;
 }
@@ -76,8 +83,15 @@ const Engine::Seq* Engine::find(SeqId id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-uint64_t Engine::root_hash(const Seq& s) const {
-  return kv::prefix_root_hash(opts_.share_prefixes ? 0 : s.cfg.isolation_key);
+Status Engine::own_kv(const char* what) const {
+  if (!kvm_) return failed_precondition(std::string(what) + ": the engine's KV blocks are managed by its caller (external_kv)");
+  return Status::ok();
+}
+
+// Tokens the sampler has not seen yet (a prefix reused from the cache, a fork's history).
+void Engine::catch_up(Seq& s, std::span<const int32_t> history, int64_t upto) {
+  for (int64_t p = s.n_accepted; p < upto; ++p) s.sampler->accept(history[size_t(p)]);
+  s.n_accepted = std::max(s.n_accepted, upto);
 }
 
 // --- sequence life cycle -----------------------------------------------------------------
@@ -88,49 +102,33 @@ Status Engine::add(SeqId id, const SeqConfig& cfg) {
   Seq& s = seqs_[id];
   s.cfg = cfg;
   s.sampler = std::make_unique<Sampler>(cfg.sampling);
+  if (kvm_) kvm_->add(id, cfg.isolation_key);
   return Status::ok();
 }
 
 Result<int64_t> Engine::reuse_prefix(SeqId id, std::span<const int32_t> tokens) {
+  TS_RETURN_IF_ERROR(own_kv("reuse_prefix"));
   Seq* s = find(id);
   if (!s) return invalid_argument("unknown sequence " + std::to_string(id));
-  if (!s->tokens.empty())
-    return failed_precondition("sequence " + std::to_string(id) + " already has " + std::to_string(s->tokens.size()) +
+  if (const int64_t have = kvm_->n_computed(id); have != 0)
+    return failed_precondition("sequence " + std::to_string(id) + " already has " + std::to_string(have) +
                                " tokens computed");
-  if (!opts_.prefix_cache || tokens.size() < 2) return int64_t(0);
-  const int64_t bs = opts_.block_size;
-  // Whole blocks, leaving at least the last token to compute (it yields the logits).
-  const int64_t n_full = std::min<int64_t>((int64_t(tokens.size()) - 1) / bs, max_seq_len_ / bs);
-  uint64_t parent = root_hash(*s);
-  for (int64_t i = 0; i < n_full; ++i) {
-    const std::span<const int32_t> blk = tokens.subspan(size_t(i * bs), size_t(bs));
-    const int32_t b = pool_->acquire_cached(parent, blk);
-    if (b < 0) break;
-    parent = kv::prefix_block_hash(parent, blk);
-    s->blocks.push_back(b);
-    s->hashes.push_back(parent);
-    s->tokens.insert(s->tokens.end(), blk.begin(), blk.end());
-  }
-  for (int64_t p = s->n_accepted; p < int64_t(s->tokens.size()); ++p) s->sampler->accept(s->tokens[size_t(p)]);
-  s->n_accepted = std::max<int64_t>(s->n_accepted, int64_t(s->tokens.size()));
-  return int64_t(s->tokens.size());
+  const int64_t n = kvm_->reuse_prefix(id, tokens, max_seq_len_);
+  catch_up(*s, kvm_->tokens(id), n);
+  return n;
 }
 
 Status Engine::fork(SeqId src, SeqId dst, const SeqConfig& cfg) {
-  const Seq* s = find(src);
-  if (!s) return invalid_argument("unknown sequence " + std::to_string(src));
+  TS_RETURN_IF_ERROR(own_kv("fork"));
+  if (!find(src)) return invalid_argument("unknown sequence " + std::to_string(src));
   if (seqs_.count(dst)) return invalid_argument("sequence " + std::to_string(dst) + " already exists");
   TS_RETURN_IF_ERROR(validate(cfg.sampling));
   Seq d;
   d.cfg = cfg;
-  d.cfg.isolation_key = s->cfg.isolation_key;  // the shared KV was computed under src's key
-  d.blocks = s->blocks;
-  for (int32_t b : d.blocks) pool_->retain(b);
-  d.tokens = s->tokens;
-  d.hashes = s->hashes;
+  d.cfg.isolation_key = find(src)->cfg.isolation_key;  // the shared KV was computed under src's key
   d.sampler = std::make_unique<Sampler>(cfg.sampling);
-  for (int32_t t : d.tokens) d.sampler->accept(t);
-  d.n_accepted = int64_t(d.tokens.size());
+  TS_CHECK(kvm_->fork(src, dst));
+  catch_up(d, kvm_->tokens(dst), kvm_->n_computed(dst));
   seqs_.emplace(dst, std::move(d));
   return Status::ok();
 }
@@ -149,44 +147,28 @@ Status Engine::resume(SeqId id) {
   return Status::ok();
 }
 
-void Engine::release_blocks(Seq& s, size_t keep_blocks) {
-  // Tail first: among blocks that become cached, a sequence's later blocks are reclaimed
-  // before its earlier ones (an early block is useful to more future prompts).
-  while (s.blocks.size() > keep_blocks) {
-    pool_->release(s.blocks.back());
-    s.blocks.pop_back();
-  }
-}
-
 Status Engine::preempt(SeqId id) {
   Seq* s = find(id);
   if (!s) return invalid_argument("unknown sequence " + std::to_string(id));
-  release_blocks(*s, 0);
-  s->tokens.clear();
-  s->hashes.clear();
+  if (kvm_) kvm_->free(id);
   ++s->n_preemptions;
   return Status::ok();
 }
 
 Status Engine::truncate(SeqId id, int64_t n_keep) {
-  Seq* s = find(id);
-  if (!s) return invalid_argument("unknown sequence " + std::to_string(id));
-  if (n_keep < 0 || n_keep > int64_t(s->tokens.size()))
+  TS_RETURN_IF_ERROR(own_kv("truncate"));
+  if (!find(id)) return invalid_argument("unknown sequence " + std::to_string(id));
+  const int64_t have = kvm_->n_computed(id);
+  if (n_keep < 0 || n_keep > have)
     return invalid_argument("truncate to " + std::to_string(n_keep) + " tokens: sequence " + std::to_string(id) +
-                            " has " + std::to_string(s->tokens.size()));
-  const int64_t bs = opts_.block_size;
-  release_blocks(*s, size_t(ceil_div(n_keep, bs)));
-  s->tokens.resize(size_t(n_keep));
-  s->hashes.resize(std::min(s->hashes.size(), size_t(n_keep / bs)));
-  // A kept partial block may still be registered (it was full): reserve() unregisters or
-  // copies it before the next write.
+                            " has " + std::to_string(have));
+  kvm_->truncate(id, n_keep);
   return Status::ok();
 }
 
 Status Engine::remove(SeqId id) {
-  Seq* s = find(id);
-  if (!s) return invalid_argument("unknown sequence " + std::to_string(id));
-  release_blocks(*s, 0);
+  if (!find(id)) return invalid_argument("unknown sequence " + std::to_string(id));
+  if (kvm_) kvm_->remove(id);
   seqs_.erase(id);
   return Status::ok();
 }
@@ -196,8 +178,8 @@ Result<SeqInfo> Engine::info(SeqId id) const {
   if (!s) return invalid_argument("unknown sequence " + std::to_string(id));
   SeqInfo i;
   i.state = s->state;
-  i.n_computed = int64_t(s->tokens.size());
-  i.n_blocks = int32_t(s->blocks.size());
+  i.n_computed = kvm_ ? kvm_->n_computed(id) : 0;
+  i.n_blocks = kvm_ ? kvm_->n_seq_blocks(id) : 0;
   i.n_preemptions = s->n_preemptions;
   return i;
 }
@@ -205,76 +187,32 @@ Result<SeqInfo> Engine::info(SeqId id) const {
 KvStats Engine::kv_stats() const {
   KvStats k;
   k.block_size = opts_.block_size;
-  k.total = pool_->n_blocks();
-  k.used = pool_->n_used();
-  k.cached = pool_->n_cached();
-  k.free = pool_->n_free();
+  k.total = int32_t(kv_->n_blocks());
+  if (kvm_) {
+    k.used = kvm_->pool().n_used();
+    k.cached = kvm_->pool().n_cached();
+    k.free = kvm_->pool().n_free();
+  }
   k.bytes = kv_->bytes();
   return k;
 }
 
-void Engine::clear_prefix_cache() { pool_->clear_cache(); }
+void Engine::clear_prefix_cache() {
+  if (kvm_) kvm_->clear_cache();
+}
 
 void Engine::touch_kv() { kv_->touch(); }
 
 bool Engine::check_consistency() const {
-  if (!pool_->check_consistency()) return false;
-  std::vector<int32_t> refs(size_t(pool_->n_blocks()), 0);
-  for (const auto& [id, s] : seqs_) {
-    if (int64_t(s.blocks.size()) != ceil_div(int64_t(s.tokens.size()), opts_.block_size)) return false;
-    for (int32_t b : s.blocks) ++refs[size_t(b)];
-  }
-  for (int32_t b = 0; b < pool_->n_blocks(); ++b)
-    if (refs[size_t(b)] != pool_->ref_count(b)) return false;
-  return true;
+  if (!kvm_) return true;
+  for (const auto& [id, s] : seqs_)
+    if (!kvm_->contains(id)) return false;
+  return kvm_->check_consistency();
 }
 
 int64_t Engine::blocks_needed(SeqId id, int64_t n_new) const {
-  const Seq* s = find(id);
-  if (!s) return -1;
-  const int64_t bs = opts_.block_size, p0 = int64_t(s->tokens.size());
-  int64_t need = ceil_div(p0 + n_new, bs) - int64_t(s->blocks.size());
-  if (p0 % bs != 0 && n_new > 0 && pool_->ref_count(s->blocks[size_t(p0 / bs)]) > 1) ++need;
-  return std::max<int64_t>(0, need);
-}
-
-bool Engine::reserve(Seq& s, int64_t n_new, int32_t* n_copies) {
-  const int64_t bs = opts_.block_size, p0 = int64_t(s.tokens.size());
-  int64_t need = ceil_div(p0 + n_new, bs) - int64_t(s.blocks.size());
-  const bool partial = p0 % bs != 0;
-  const bool shared = partial && pool_->ref_count(s.blocks[size_t(p0 / bs)]) > 1;
-  if (need + (shared ? 1 : 0) > pool_->n_available()) return false;
-  if (partial) {
-    int32_t& b = s.blocks[size_t(p0 / bs)];
-    if (shared) {  // copy-on-write: the other holders keep the original
-      const int32_t nb = pool_->allocate(p0 / bs > 0 ? s.blocks[size_t(p0 / bs - 1)] : -1);
-      TS_CHECK(nb >= 0);
-      kv_->copy_block(b, nb);
-      pool_->release(b);
-      b = nb;
-      ++*n_copies;
-    } else {
-      pool_->unregister(b);  // ours alone, about to be overwritten (after a truncate)
-    }
-  }
-  for (; need > 0; --need) {
-    const int32_t nb = pool_->allocate(s.blocks.empty() ? -1 : s.blocks.back());
-    TS_CHECK(nb >= 0);
-    s.blocks.push_back(nb);
-  }
-  return true;
-}
-
-void Engine::register_full_blocks(Seq& s) {
-  if (!opts_.prefix_cache) return;
-  const size_t bs = size_t(opts_.block_size);
-  while (s.hashes.size() < s.tokens.size() / bs) {
-    const size_t i = s.hashes.size();
-    const uint64_t parent = i ? s.hashes[i - 1] : root_hash(s);
-    const std::span<const int32_t> blk(s.tokens.data() + i * bs, bs);
-    pool_->register_block(s.blocks[i], parent, blk);  // false: an equal block is cached already
-    s.hashes.push_back(kv::prefix_block_hash(parent, blk));
-  }
+  if (!kvm_ || !find(id)) return -1;
+  return kvm_->blocks_needed(id, n_new);
 }
 
 // --- step --------------------------------------------------------------------------------
@@ -284,17 +222,25 @@ StepResult Engine::step(const StepPlan& plan) {
   StepResult r;
   r.seqs.resize(plan.seqs.size());
 
-  // 1. Validate and reserve KV, in plan order.
+  // 1. Validate and map each entry to its blocks, in plan order: the blocks the caller
+  // gives (external_kv: the scheduler allocated them while planning), else a reservation
+  // in the engine's own KvManager.
   struct Item {
     Seq* s;
     size_t entry;
     int64_t p0;     // n_computed before the step
     int64_t out0;   // first output row in logits_
+    std::span<const int32_t> blocks;
   };
   std::vector<Item> items;
   items.reserve(plan.seqs.size());
   std::vector<SeqId> ids;
   ids.reserve(plan.seqs.size());
+  const int64_t bs = opts_.block_size, n_kv_blocks = kv_->n_blocks();
+  std::vector<kv::BlockCopy> copies;
+  for (const auto& [src, dst] : plan.copies) {
+    if (!kvm_ && src >= 0 && dst >= 0 && src < n_kv_blocks && dst < n_kv_blocks) copies.push_back({src, dst});
+  }
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const SeqStep& st = plan.seqs[i];
     SeqResult& res = r.seqs[i];
@@ -308,8 +254,15 @@ StepResult Engine::step(const StepPlan& plan) {
       invalid("unknown");
       continue;
     }
-    res.n_computed = int64_t(s->tokens.size());
-    res.n_blocks = int32_t(s->blocks.size());
+    if (kvm_ ? !plan.kv.empty() : plan.kv.size() != plan.seqs.size()) {
+      invalid(kvm_ ? "blocks given to an engine that manages its own KV"
+                   : "no blocks: the caller manages the KV (external_kv) and gave none for this entry");
+      continue;
+    }
+    const SeqKv ext = kvm_ ? SeqKv{} : plan.kv[i];
+    const int64_t p0 = kvm_ ? kvm_->n_computed(st.seq) : ext.pos0;
+    res.n_computed = p0;
+    res.n_blocks = kvm_ ? kvm_->n_seq_blocks(st.seq) : int32_t(ext.blocks.size());
     if (std::find(ids.begin(), ids.end(), st.seq) != ids.end()) {
       invalid("planned twice in one step");
       continue;
@@ -335,8 +288,28 @@ StepResult Engine::step(const StepPlan& plan) {
       invalid("a speculative entry needs an output after every token (n_outputs = tokens)");
       continue;
     }
-    if (int64_t(s->tokens.size()) + n > max_seq_len_) {
-      invalid(std::to_string(s->tokens.size()) + " + " + std::to_string(n) + " tokens exceed max_seq_len " +
+    if (!kvm_) {
+      if (p0 < 0) {
+        invalid("position " + std::to_string(p0) + " is negative");
+        continue;
+      }
+      if (int64_t(ext.blocks.size()) * bs < p0 + n) {
+        invalid(std::to_string(ext.blocks.size()) + " blocks of " + std::to_string(bs) + " cannot hold " +
+                std::to_string(p0 + n) + " positions");
+        continue;
+      }
+      if (std::any_of(ext.blocks.begin(), ext.blocks.end(), [&](int32_t b) { return b < 0 || b >= n_kv_blocks; })) {
+        invalid("a block id outside the KV cache's " + std::to_string(n_kv_blocks) + " blocks");
+        continue;
+      }
+      if (s->n_accepted < p0 && int64_t(ext.history.size()) < p0) {
+        invalid("history of " + std::to_string(ext.history.size()) + " tokens does not reach position " +
+                std::to_string(p0));
+        continue;
+      }
+    }
+    if (p0 + n > max_seq_len_) {
+      invalid(std::to_string(p0) + " + " + std::to_string(n) + " tokens exceed max_seq_len " +
               std::to_string(max_seq_len_));
       continue;
     }
@@ -346,13 +319,16 @@ StepResult Engine::step(const StepPlan& plan) {
       invalid("token id " + std::to_string(*bad) + " outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
       continue;
     }
-    if (!reserve(*s, n, &r.stats.n_cow_copies)) {
+    if (kvm_ && !kvm_->reserve(st.seq, n, &copies)) {
       res.outcome = SeqOutcome::kNoRoom;
       continue;
     }
+    if (!kvm_) catch_up(*s, ext.history, p0);
     ids.push_back(st.seq);
-    items.push_back({s, i, int64_t(s->tokens.size()), 0});
+    items.push_back({s, i, p0, 0, kvm_ ? kvm_->blocks(st.seq) : ext.blocks});
   }
+  for (const kv::BlockCopy& c : copies) kv_->copy_block(c.src, c.dst);
+  r.stats.n_cow_copies = int32_t(copies.size());
 
   // 2. One flat batch: every token of every sequence, in plan order.
   b_tokens_.clear();
@@ -363,7 +339,7 @@ StepResult Engine::step(const StepPlan& plan) {
   for (Item& it : items) {
     const SeqStep& st = plan.seqs[it.entry];
     const int32_t view = int32_t(b_views_.size());
-    b_views_.push_back(KvSeqView{std::span<const int32_t>(it.s->blocks), opts_.block_size});
+    b_views_.push_back(KvSeqView{it.blocks, opts_.block_size});
     it.out0 = int64_t(b_out_.size());
     const int64_t n = int64_t(st.tokens.size()), first_out = n - st.n_outputs;
     for (int64_t j = 0; j < n; ++j) {
@@ -408,12 +384,12 @@ StepResult Engine::step(const StepPlan& plan) {
   // written beyond p0 are overwritten when the tokens are computed again.
   if (r.stats.interrupted) {
     for (const Item& it : items) {
-      const int64_t bs = opts_.block_size;
-      release_blocks(*it.s, size_t((it.p0 + bs - 1) / bs));
+      const SeqStep& st = plan.seqs[it.entry];
+      if (kvm_) kvm_->release_unused(st.seq);
       SeqResult& res = r.seqs[it.entry];
       res.outcome = SeqOutcome::kInterrupted;
       res.n_computed = it.p0;
-      res.n_blocks = int32_t(it.s->blocks.size());
+      res.n_blocks = kvm_ ? kvm_->n_seq_blocks(st.seq) : int32_t(it.blocks.size());
     }
   }
 
@@ -470,18 +446,14 @@ StepResult Engine::step(const StepPlan& plan) {
     const Item& it = commit[k];
     const SeqStep& st = plan.seqs[it.entry];
     SeqResult& res = r.seqs[it.entry];
-    Seq& s = *it.s;
-    const int64_t n = int64_t(st.tokens.size()), n_keep = sampled[k].n_keep;
+    const int64_t n_keep = sampled[k].n_keep;
     r.stats.n_drafted += sampled[k].n_drafted;
     r.stats.n_draft_accepted += sampled[k].n_draft_accepted;
-    s.tokens.insert(s.tokens.end(), st.tokens.begin(), st.tokens.begin() + n_keep);
-    if (n_keep < n) {
-      const int64_t bs = opts_.block_size;
-      release_blocks(s, size_t((it.p0 + n_keep + bs - 1) / bs));
-    }
-    register_full_blocks(s);
-    res.n_computed = int64_t(s.tokens.size());
-    res.n_blocks = int32_t(s.blocks.size());
+    // The tokens up to the last matching draft are committed; the caller that owns the
+    // blocks (external_kv) commits the same count into its KvManager.
+    if (kvm_) kvm_->commit(st.seq, std::span<const int32_t>(st.tokens).first(size_t(n_keep)), n_keep);
+    res.n_computed = it.p0 + n_keep;
+    res.n_blocks = kvm_ ? kvm_->n_seq_blocks(st.seq) : int32_t(it.blocks.size());
     ++r.stats.n_seqs;
   }
 
@@ -491,10 +463,11 @@ StepResult Engine::step(const StepPlan& plan) {
     r.stats.n_tokens = n_total;
     r.stats.n_outputs = int32_t(n_out);
   }
-  r.stats.kv_blocks_total = pool_->n_blocks();
-  r.stats.kv_blocks_used = pool_->n_used();
-  r.stats.kv_blocks_cached = pool_->n_cached();
-  r.stats.kv_blocks_free = pool_->n_free();
+  const KvStats kvs = kv_stats();
+  r.stats.kv_blocks_total = kvs.total;
+  r.stats.kv_blocks_used = kvs.used;
+  r.stats.kv_blocks_cached = kvs.cached;
+  r.stats.kv_blocks_free = kvs.free;
   r.stats.time_ns = now_ns() - t0;
   return r;
 }

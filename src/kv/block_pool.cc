@@ -181,6 +181,11 @@ bool BlockPool::register_block(int32_t b, uint64_t parent, std::span<const int32
   return true;
 }
 
+int32_t BlockPool::lookup(uint64_t parent, std::span<const int32_t> tokens) const {
+  if (int64_t(tokens.size()) != block_size_) return -1;
+  return find(prefix_block_hash(parent, tokens), parent, tokens);
+}
+
 int32_t BlockPool::acquire_cached(uint64_t parent, std::span<const int32_t> tokens) {
   TS_CHECK(int64_t(tokens.size()) == block_size_);
   const int32_t b = find(prefix_block_hash(parent, tokens), parent, tokens);

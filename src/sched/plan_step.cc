@@ -4,8 +4,12 @@
 //   4. token shares (reserve floors, share within caps, lend), 5. packing under KV with
 //   preemption of lower-tier work above its floor, 6. top-up of idle tokens,
 //   7. deadlock breaker, 8. the plan and per-tier accounting.
+// KV blocks are allocated for real while packing (the scheduler owns them, kv_): a
+// request that starts reuses its cached prefix at once (its demand counted it already),
+// a preemption frees its blocks on the spot, and every planned token has its cell.
 #include <algorithm>
 #include <limits>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,7 +26,8 @@ struct Scheduler::Candidate {
   int64_t want = 0;     // tokens it could compute this step within the budget
   int64_t want_burst = 0;  // ... and with its tier's burst on top (>= want)
   int64_t planned = 0;  // tokens given
-  int64_t blocks = 0;   // KV blocks those tokens take
+  int64_t blocks = 0;   // KV blocks those tokens take (and a prefix attached for them)
+  int64_t hit = 0;      // a queued request's cached prefix, in tokens, when collected
   bool skip = false;    // preempted during this plan
 };
 
@@ -34,7 +39,7 @@ struct Scheduler::StepCtx {
   std::vector<int64_t> demand, grant, tok_floor, tok_cap, planned;
   std::vector<int64_t> kv_held, kv_floor, kv_cap, kv_reserve;
   std::vector<bool> kv_limited;
-  int64_t kv_avail = 0;
+  std::vector<kv::BlockCopy> copies;  // copy-on-write the reservations asked for
   TierId packing = 0;   // tiers after it still have their KV floors reserved
   std::vector<RequestId> preempted;
   // Growth reserve (growth_reserve()): each running request's share, and the sum.
@@ -110,9 +115,10 @@ void Scheduler::collect_candidates(StepCtx& c) {
     auto add = [&](RequestId id) {
       if (int32_t(out.size()) >= max_batch) return;
       Req& q = reqs_.at(id);
-      const int64_t want = std::min(q.remaining(), chunk);
+      const int64_t hit = prefix_hit(q), left = q.remaining() - hit;
+      const int64_t want = std::min(left, chunk);
       if (want <= 0) return;
-      out.push_back(Candidate{&q, want, std::min(q.remaining(), chunk_burst)});
+      out.push_back(Candidate{&q, want, std::min(left, chunk_burst), 0, 0, hit});
       c.demand[size_t(t)] += want;
       if (q.promoted) urgent += want;
     };
@@ -144,12 +150,19 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
     for (TierId u = c.packing + 1; u < c.n_tiers; ++u)
       if (u != t) reserved += c.kv_reserve[size_t(u)];
     const int64_t room = tiers_[size_t(t)].borrows() ? kUnlimited : c.kv_cap[size_t(t)] - c.kv_held[size_t(t)];
-    return std::max<int64_t>(0, std::min(c.kv_avail - reserved, room));
+    return std::max<int64_t>(0, std::min(int64_t(kv_.n_available()) - reserved, room));
   };
+  const bool starting = q.state == RequestState::kQueued && cand.planned == 0;
+  if (starting && !attach_prefix(c, cand)) return 0;
   const int64_t at = q.n_computed + cand.planned, held = q.n_blocks + cand.blocks;
-  int64_t need = kv::blocks_to_append(at, held, n, bs);
+  n = std::min(n, q.remaining() - cand.planned);
+  if (n <= 0) {
+    if (starting) detach_prefix(c, cand);
+    return 0;
+  }
+  int64_t need = kv_.blocks_needed(q.r.id, cand.planned + n);
   int64_t lim = limit();
-  if (q.state == RequestState::kQueued && cand.planned == 0) {
+  if (starting) {
     // Start (or resume) only what can reach its next output and one decode after it,
     // and only while the running requests keep room to grow: a request started in
     // blocks that its later chunks (or the others' decodes) need would only be
@@ -158,6 +171,7 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
     if (full > lim && may_preempt && preempt_for(c, q, full - lim)) lim = limit();
     if (full > lim) {
       c.kv_limited[size_t(t)] = true;
+      detach_prefix(c, cand);
       return 0;
     }
   }
@@ -165,13 +179,18 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
   if (need > lim) {
     c.kv_limited[size_t(t)] = true;
     n = std::min(n, kv::tokens_that_fit(at, held, lim, bs));
-    need = kv::blocks_to_append(at, held, n, bs);
+    need = n > 0 ? kv_.blocks_needed(q.r.id, cand.planned + n) : 0;
+    if (need > lim) n = 0;  // a copy-on-write the estimate did not see
   }
-  if (n <= 0) return 0;
+  // The cells, for real: nothing planned is ever refused for room by the engine.
+  if (n > 0 && !kv_.reserve(q.r.id, cand.planned + n, &c.copies)) n = 0;
+  if (n <= 0) {
+    if (starting) detach_prefix(c, cand);
+    return 0;
+  }
   c.in_plan.insert(&q);
   cand.planned += n;
   cand.blocks += need;
-  c.kv_avail -= need;
   c.kv_held[size_t(t)] += need;
   if (auto it = c.reserve_of.find(&q); it != c.reserve_of.end()) {
     const int64_t r = reserve_need(q, cand.planned, cand.blocks);
@@ -181,6 +200,34 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
   c.kv_reserve[size_t(t)] = std::max<int64_t>(0, c.kv_reserve[size_t(t)] - need);
   c.planned[size_t(t)] += n;
   return n;
+}
+
+// A queued request's cached prefix (tokens), seen before it is planned; 0 without ids.
+int64_t Scheduler::prefix_hit(const Req& q) const {
+  if (q.state != RequestState::kQueued || q.n_computed != 0 || !q.has_ids) return 0;
+  return kv_.match_prefix(q.r.isolation_key, q.r.tokens, kUnlimited);
+}
+
+// A starting request takes its cached prefix now (the blocks are retained for it: no
+// later allocation in this plan can reclaim them). False when nothing is left to compute.
+bool Scheduler::attach_prefix(StepCtx& c, Candidate& cand) {
+  Req& q = *cand.q;
+  if (cand.hit > 0 && q.n_computed == 0 && q.n_blocks == 0) {
+    q.n_computed = kv_.reuse_prefix(q.r.id, q.r.tokens, kUnlimited);
+    cand.blocks = kv_.n_seq_blocks(q.r.id);
+    c.kv_held[size_t(q.served)] += cand.blocks;
+  }
+  return q.remaining() > 0;
+}
+
+// ... and gives it back when it is not planned after all (a queued request holds nothing).
+void Scheduler::detach_prefix(StepCtx& c, Candidate& cand) {
+  Req& q = *cand.q;
+  if (q.state != RequestState::kQueued || cand.planned > 0) return;
+  c.kv_held[size_t(q.served)] -= cand.blocks;
+  cand.blocks = 0;
+  kv_.free(q.r.id);
+  q.n_computed = 0;
 }
 
 // Frees at least n_blocks for `for_req` (of tier t) by preempting running work that is
@@ -272,8 +319,7 @@ void Scheduler::preempt(StepCtx& c, Req& q, Reason reason) {
   s.running.erase(r);
   s.kv_held -= q.n_blocks;
   c.kv_held[size_t(u)] -= q.n_blocks;
-  c.kv_avail += q.n_blocks;
-  kv_available_ += q.n_blocks;
+  kv_.free(q.r.id);  // on the spot: the blocks are free (full ones cached) for this plan
   if (auto it = c.reserve_of.find(&q); it != c.reserve_of.end()) {
     c.reserve_total -= it->second;
     c.reserve_of.erase(it);
@@ -580,7 +626,6 @@ void Scheduler::break_deadlock(StepCtx& c) {
     events_.back().text = over_budget ? "preempted past its budget: no request could advance with the KV blocks left"
                                       : "preempted: no request could advance with the KV blocks left";
   } else {
-    c.kv_avail += victim->n_blocks;
     end(victim->r.id, EventKind::kFailed, Reason::kKvExhausted,
         "the only request holding KV cannot advance: the cache cannot hold it");
   }
@@ -602,9 +647,12 @@ void Scheduler::finish_plan(StepCtx& c, Plan& plan) {
       e.id = q.r.id;
       e.tier = t;
       e.kind = q.state == RequestState::kRunning ? EntryKind::kContinue : q.started ? EntryKind::kResume : EntryKind::kStart;
+      e.pos0 = q.n_computed;
       e.n_tokens = cand.planned;
       e.n_outputs = q.n_computed + cand.planned == q.n_known() ? 1 : 0;
       e.speculative = spec;
+      const std::span<const int32_t> blocks = kv_.blocks(q.r.id);
+      e.blocks.assign(blocks.begin(), blocks.end());
       plan.entries.push_back(e);
       ++ts.n_planned;
       if (q.state == RequestState::kQueued) ++n_new;
@@ -632,6 +680,7 @@ void Scheduler::finish_plan(StepCtx& c, Plan& plan) {
     for (TierId u = t + 1; u < c.n_tiers; ++u)
       if (plan.tiers[size_t(u)].tokens_planned > plan.tiers[size_t(u)].tokens_floor) ++plan.n_priority_inversions;
   }
+  for (const kv::BlockCopy& cp : c.copies) plan.copies.emplace_back(cp.src, cp.dst);
   plan.events = std::move(events_);
   events_.clear();
 }
@@ -685,11 +734,10 @@ Plan Scheduler::schedule(int64_t now_ns) {
 
   // KV: floors of tiers below them, for what their granted tokens would take, are kept
   // free while higher tiers are packed.
-  c.kv_avail = std::max(0, kv_available_);
   for (size_t t = 0; t < n; ++t) {
     c.kv_held[t] = ts_[t].kv_held;
-    c.kv_floor[t] = tiers_[t].floor_of(kv_total_);
-    c.kv_cap[t] = tiers_[t].cap_of(kv_total_);
+    c.kv_floor[t] = tiers_[t].floor_of(kv_.n_blocks());
+    c.kv_cap[t] = tiers_[t].cap_of(kv_.n_blocks());
     int64_t need = 0, left = c.grant[t];
     for (const Candidate& cand : c.cands[t]) {
       if (left <= 0) break;

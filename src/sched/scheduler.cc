@@ -3,7 +3,9 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "kv/blocks.h"
@@ -21,8 +23,18 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedConfig& cfg) {
   return std::unique_ptr<Scheduler>(new Scheduler(cfg));
 }
 
-Scheduler::Scheduler(const SchedConfig& cfg)
-    : cfg_(cfg), tiers_(make_tier_policies(cfg)), kv_total_(cfg.kv_blocks_total), kv_available_(cfg.kv_blocks_total) {
+namespace {
+kv::KvOptions kv_options(const SchedConfig& cfg) {
+  kv::KvOptions o;
+  o.n_blocks = cfg.kv_blocks_total;
+  o.block_size = cfg.kv_block_size;
+  o.prefix_cache = cfg.prefix_cache;
+  o.share_prefixes = cfg.share_prefixes;
+  return o;
+}
+}  // namespace
+
+Scheduler::Scheduler(const SchedConfig& cfg) : cfg_(cfg), tiers_(make_tier_policies(cfg)), kv_(kv_options(cfg)) {
   const int64_t window_ns = cfg.service_rate_window_ms * 1'000'000;
   for (const TierPolicy& t : tiers_)
     ts_.push_back(TierState{t.make_queue(), {}, 0, 0, ServiceRate(window_ns), 0, false, ServiceRate(window_ns), 0, false});
@@ -147,8 +159,8 @@ void Scheduler::end(RequestId id, EventKind kind, Reason reason, std::string tex
     TS_CHECK(r != s.running.end());
     s.running.erase(r);
     s.kv_held -= q.n_blocks;
-    kv_available_ += q.n_blocks;  // an estimate until the next step's stats
   }
+  kv_.remove(id);  // its blocks (and any reservation) go back; full ones stay cached
   emit(kind, q, q.served, reason, std::move(text));
   reqs_.erase(it);
 }
@@ -178,11 +190,14 @@ Decision Scheduler::submit(const Request& r, int64_t now_ns) {
   if (r.n_prompt_tokens < 1 || r.max_output_tokens < 1)
     return reject(r, r.tier, Reason::kInvalidRequest, "empty prompt or max_output_tokens < 1", 0);
   if (reqs_.count(r.id)) return reject(r, r.tier, Reason::kInvalidRequest, "request id already in use", 0);
+  if (!r.tokens.empty() && int64_t(r.tokens.size()) != r.n_prompt_tokens)
+    return reject(r, r.tier, Reason::kInvalidRequest,
+                  std::to_string(r.tokens.size()) + " token ids for a prompt of " + std::to_string(r.n_prompt_tokens), 0);
   const int64_t blocks = kv::blocks_for_tokens(r.n_prompt_tokens + r.max_output_tokens, cfg_.kv_block_size);
-  if (blocks > kv_total_)
+  if (blocks > kv_.n_blocks())
     return reject(r, r.tier, Reason::kTooLarge,
                   "prompt + max_output_tokens need " + std::to_string(blocks) + " KV blocks of " +
-                      std::to_string(kv_total_),
+                      std::to_string(kv_.n_blocks()),
                   0);
 
   // Walk down the tier's on_timeout rule while the tier cannot take the request.
@@ -223,7 +238,9 @@ Decision Scheduler::submit(const Request& r, int64_t now_ns) {
   q.requested = r.tier;
   q.arrival_ns = now_ns;
   q.budget = r.preemption_budget >= 0 ? r.preemption_budget : tiers_[size_t(t)].config().preemption_budget;
+  q.has_ids = !r.tokens.empty();
   Req& stored = reqs_.emplace(r.id, q).first->second;
+  kv_.add(r.id, r.isolation_key, q.has_ids);
   enqueue(stored, t, false, now_ns);
 
   Decision d;
@@ -294,23 +311,27 @@ Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
       }
     }
   std::string unknown;
-  bool no_room = false;
-  int32_t freed = 0;  // blocks of requests ended here: serving frees them after the step
+  std::unordered_map<RequestId, const RequestResult*> got;
   for (const RequestResult& rr : u.requests) {
-    auto pe = planned.find(rr.id);
-    if (pe == planned.end()) {
+    if (!planned.count(rr.id)) {
       unknown += (unknown.empty() ? "" : ", ") + std::to_string(rr.id);
       continue;
     }
-    auto it = reqs_.find(rr.id);
-    if (it == reqs_.end()) continue;  // cancelled meanwhile
+    got.emplace(rr.id, &rr);
+  }
+  for (const PlanEntry& e : plan.entries) {
+    auto it = reqs_.find(e.id);
+    if (it == reqs_.end()) continue;  // cancelled meanwhile (its blocks went back then)
     Req& q = it->second;
     TierState& s = ts_[size_t(q.served)];
-    switch (rr.outcome) {
+    auto g = got.find(e.id);
+    const StepOutcome outcome = g == got.end() ? StepOutcome::kInterrupted : g->second->outcome;
+    switch (outcome) {
       case StepOutcome::kOk: {
+        const RequestResult& rr = *g->second;
         // Prompt work (a decode is one token of a running request): the capped rate is the
         // rate at which the tier gets through prompts at its share.
-        if (pe->second->kind != EntryKind::kContinue || pe->second->n_tokens > 1) s.n_tokens += pe->second->n_tokens;
+        if (e.kind != EntryKind::kContinue || e.n_tokens > 1) s.n_tokens += e.n_tokens;
         if (q.state == RequestState::kQueued) {
           dequeue(q);
           q.state = RequestState::kRunning;
@@ -318,31 +339,45 @@ Status Scheduler::update(const Plan& plan, const StepUpdate& u) {
           if (!q.started) ++s.n_started;
           q.started = true;
         }
-        s.kv_held += rr.n_blocks - q.n_blocks;
-        q.n_blocks = rr.n_blocks;
-        q.n_computed = rr.n_computed;
-        q.n_generated += rr.n_sampled;
-        if (rr.finished || q.n_generated >= q.r.max_output_tokens) {
-          freed += q.n_blocks;
-          end(q.r.id, EventKind::kFinished, Reason::kNone, "finished");
+        // The tokens kept: those planned, or after speculative verification the first
+        // token and the drafts that matched (within the entry's blocks).
+        const int64_t room = int64_t(e.blocks.size()) * cfg_.kv_block_size - e.pos0;
+        const int64_t n = std::clamp<int64_t>(rr.n_computed - e.pos0, 0, room);
+        if (q.has_ids && int64_t(rr.sampled.size()) == int64_t(rr.n_sampled)) {
+          q.r.tokens.insert(q.r.tokens.end(), rr.sampled.begin(), rr.sampled.end());
+        } else if (q.has_ids) {
+          q.has_ids = false;  // ids unknown from here on: counted only
         }
+        q.n_generated += rr.n_sampled;
+        if (q.has_ids && int64_t(q.r.tokens.size()) >= e.pos0 + n)
+          kv_.commit(e.id, std::span<const int32_t>(q.r.tokens).subspan(size_t(e.pos0), size_t(n)), n);
+        else
+          kv_.commit(e.id, {}, n);
+        q.n_computed = e.pos0 + n;
+        const int32_t held = kv_.n_seq_blocks(e.id);
+        s.kv_held += held - q.n_blocks;
+        q.n_blocks = held;
+        if (rr.finished || q.n_generated >= q.r.max_output_tokens) end(q.r.id, EventKind::kFinished, Reason::kNone, "finished");
         break;
       }
-      case StepOutcome::kNoRoom:
-        no_room = true;  // nothing changed; the next plan sees the real free count
-        break;
       case StepOutcome::kInterrupted:
-        unrecord_window(pe->second->tier, pe->second->n_tokens);  // not computed after all
+        if (g != got.end()) unrecord_window(e.tier, e.n_tokens);  // not computed after all
+        if (q.state == RequestState::kQueued) {
+          // A start or resume that did not run holds nothing: its prefix goes back too.
+          kv_.free(e.id);
+          q.n_computed = 0;
+        } else {
+          kv_.release_unused(e.id);
+          const int32_t held = kv_.n_seq_blocks(e.id);
+          s.kv_held += held - q.n_blocks;
+          q.n_blocks = held;
+        }
         break;
       case StepOutcome::kInvalid:
-        freed += q.n_blocks;
         end(q.r.id, EventKind::kFailed, Reason::kEngineError, "engine refused the step");
         break;
     }
   }
-  if (u.kv_blocks_total > 0) kv_total_ = u.kv_blocks_total;
-  if (u.kv_blocks_available >= 0) kv_available_ = std::min(kv_total_, u.kv_blocks_available + freed);
-  else kv_available_ = no_room ? 0 : std::max(0, kv_total_ - kv_in_use());
   if (!unknown.empty()) return invalid_argument("results for requests not in the plan: " + unknown);
   return Status::ok();
 }

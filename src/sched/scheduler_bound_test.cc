@@ -56,7 +56,7 @@ struct Life {
 
 struct Sim {
   Scheduler& s;
-  FakeEngine e{1 << 20, 16};
+  FakeEngine e{16};
   StepCost cost;
   int64_t now = 0;
   std::vector<Arrival> arrivals;  // sorted by time
@@ -134,8 +134,7 @@ struct Sim {
           RequestResult r;
           r.id = en.id;
           r.outcome = StepOutcome::kInterrupted;
-          r.n_computed = s.info(en.id)->n_computed;
-          r.n_blocks = s.info(en.id)->n_blocks;
+          r.n_computed = en.pos0;
           u.requests.push_back(r);
         }
       } else {
@@ -156,7 +155,6 @@ struct Sim {
         }
       }
       EXPECT_TRUE(s.update(p, u).is_ok());
-      e.sync(s);
       for (auto& [id, l] : life)
         if (l.accepted && !l.ended && !s.info(id)) l.ended = true;
       now = end;

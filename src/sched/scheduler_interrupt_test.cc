@@ -14,7 +14,7 @@ TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
   SchedConfig c = base(64);
   c.tiers[0].burst_tokens = 512;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s->submit(req(id, 1, 500, 50), 0).accepted);
   for (int i = 0; i < 64; ++i) run_step(*s, e, clock);  // standard fills the window
@@ -30,7 +30,7 @@ TEST(Scheduler, BurstRunsALowRatePromptInOneStepOnTopOfTheBudget) {
   // Off (burst_tokens 0): the prompt advances by the tier's capped share per step.
   c.tiers[0].burst_tokens = 0;
   auto s2 = make(c);
-  FakeEngine e2(100000, 16);
+  FakeEngine e2(16);
   for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s2->submit(req(id, 1, 500, 50), 0).accepted);
   run_step(*s2, e2, clock);
   ASSERT_TRUE(s2->submit(req(100, 0, 300, 8), clock.now_ns()).accepted);
@@ -56,7 +56,7 @@ TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
   c.tiers[0].borrow = false;         // borrowing would lend it the idle rest anyway
   c.tiers[0].max_queue_wait_ms = 0;  // and promotion lifts the cap of requests that waited
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   int64_t fast = 0, all = 0;
@@ -80,7 +80,7 @@ TEST(Scheduler, BurstKeepsTheWindowedCapUnderAFloodOfTheLatencyTier) {
 TEST(Scheduler, InterruptTierPromptRunsInAnExclusiveStep) {
   SchedConfig c = interrupting();
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s->submit(req(id, 1, 500, 50), 0).accepted);
   Plan p = run_step(*s, e, clock);
@@ -107,7 +107,7 @@ TEST(Scheduler, InterruptTierPromptRunsInAnExclusiveStep) {
   // Off: the prompt shares its step with the other tiers' budget (the burst rule alone).
   c.tiers[0].interrupt = false;
   auto s2 = make(c);
-  FakeEngine e2(100000, 16);
+  FakeEngine e2(16);
   for (RequestId id = 1; id <= 20; ++id) ASSERT_TRUE(s2->submit(req(id, 1, 500, 50), 0).accepted);
   p = run_step(*s2, e2, clock);
   EXPECT_FALSE(p.interruptible);
@@ -126,7 +126,7 @@ TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
   SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   std::vector<bool> excl;
@@ -164,7 +164,7 @@ TEST(Scheduler, InterruptTierExclusiveStepsKeepFloorsOverTheWindow) {
 TEST(Scheduler, InterruptedStepIsPlannedAgain) {
   SchedConfig c = interrupting();
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(s->submit(req(id, 1, 40, 50), 0).accepted);
   run_step(*s, e, clock);
@@ -197,7 +197,7 @@ TEST(Scheduler, PromotedFastRequestTakesTheNextStepOrIsToldThen) {
   c.tiers[0].max_queue_wait_ms = 50;
   c.tiers[0].share_max = 0.9;  // its share allows exclusive steps; the standard floor does not
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 10, 100000), 0).accepted);
@@ -243,7 +243,7 @@ TEST(Scheduler, PromotedFastRequestIsRefusedWhenItsRuleSaysSo) {
   c.tiers[0].share_max = 0.9;
   c.tiers[0].on_predicted_wait = {PredictedWaitAction::kReject, ""};
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 10, 100000), 0).accepted);
@@ -264,7 +264,7 @@ TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
   SchedConfig c = interrupting();
   c.tiers[0].max_queue_wait_ms = 0;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   int64_t standard = 0, floor_owed = 0;
@@ -291,7 +291,6 @@ TEST(Scheduler, InterruptFloodCannotStarveTheFloors) {
     }
     if (i >= 64) floor_owed += std::min(p.tiers[1].tokens_floor, p.tiers[1].tokens_demand);
     ASSERT_TRUE(s->update(p, u).is_ok());
-    e.sync(*s);
     clock.advance_ns(10 * kMs);
   }
   EXPECT_GT(n_interrupted, 0);

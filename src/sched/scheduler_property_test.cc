@@ -34,7 +34,7 @@ RunStats run(uint64_t seed, int32_t kv_blocks, int n_steps, bool check = true, d
   auto made = Scheduler::create(c);
   EXPECT_TRUE(made.is_ok());
   Scheduler& s = **made;
-  testing::FakeEngine e(kv_blocks, 16);
+  testing::FakeEngine e(16);
   ManualClock clock;
   Rng rng(seed);
   RunStats st;
@@ -82,7 +82,6 @@ RunStats run(uint64_t seed, int32_t kv_blocks, int n_steps, bool check = true, d
       std::advance(it, ptrdiff_t(rng.next_u64() % open.size()));
       if (s.info(it->first)) {  // else it ended already; its event is in the next plan
         EXPECT_TRUE(s.cancel(it->first).is_ok());
-        e.sync(s);
       }
     }
 
@@ -116,9 +115,8 @@ RunStats run(uint64_t seed, int32_t kv_blocks, int n_steps, bool check = true, d
     }
     const StepUpdate u = e.step(p);
     EXPECT_TRUE(s.update(p, u).is_ok());
-    e.sync(s);
     if (check) {
-      EXPECT_EQ(e.used(), s.kv_blocks(0) + s.kv_blocks(1) + s.kv_blocks(2)) << "step " << p.step;
+      EXPECT_EQ(testing::used_blocks(s), s.kv_blocks(0) + s.kv_blocks(1) + s.kv_blocks(2)) << "step " << p.step;
     }
     clock.advance_ns(5'000'000);
     st.steps = step;

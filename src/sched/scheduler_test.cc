@@ -1,5 +1,7 @@
 // The tier rules, one behaviour per test, with hand-made step results (FakeEngine) and a
 // ManualClock: floors, caps, borrowing, timeouts, admission, preemption, cancellation.
+#include <algorithm>
+
 #include "testing/scheduler_setup.h"
 
 namespace ts::sched {
@@ -7,7 +9,7 @@ namespace {
 
 TEST(Scheduler, FloorHoldsUnderFloodOfHigherTier) {
   auto s = make(base());
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   for (int i = 0; i < 200; ++i) ASSERT_TRUE(s->submit(req(id++, 0, 400), 0).accepted);  // ultrafast flood
@@ -33,7 +35,7 @@ TEST(Scheduler, FloorHoldsUnderFloodOfHigherTier) {
 
 TEST(Scheduler, BatchFloorHoldsUnderStandardFlood) {
   auto s = make(base(200));
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   for (int i = 0; i < 300; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 500), 0).accepted);
@@ -48,7 +50,7 @@ TEST(Scheduler, BatchFloorHoldsUnderStandardFlood) {
 TEST(Scheduler, BorrowWhenIdleAndNoBorrowWithoutIt) {
   {
     auto s = make(base());
-    FakeEngine e(100000, 16);
+    FakeEngine e(16);
     ManualClock clock;
     for (RequestId id = 1; id <= 10; ++id) ASSERT_TRUE(s->submit(req(id, 0, 300), 0).accepted);
     const Plan p = run_step(*s, e, clock);
@@ -58,7 +60,7 @@ TEST(Scheduler, BorrowWhenIdleAndNoBorrowWithoutIt) {
     SchedConfig c = base();
     c.tiers[0].borrow = false;
     auto s = make(c);
-    FakeEngine e(100000, 16);
+    FakeEngine e(16);
     ManualClock clock;
     for (RequestId id = 1; id <= 10; ++id) ASSERT_TRUE(s->submit(req(id, 0, 300), 0).accepted);
     const Plan p = run_step(*s, e, clock);
@@ -68,7 +70,7 @@ TEST(Scheduler, BorrowWhenIdleAndNoBorrowWithoutIt) {
 
 TEST(Scheduler, DecodesAndPromptChunksShareTheBudget) {
   auto s = make(base(64));
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 10), 0).accepted);
   Plan p = run_step(*s, e, clock);
@@ -88,7 +90,7 @@ TEST(Scheduler, DecodesAndPromptChunksShareTheBudget) {
 
 TEST(Scheduler, FinishesAtMaxOutputTokensOrWhenReported) {
   auto s = make(base());
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 5, 3), 0).accepted);
   run_step(*s, e, clock);
@@ -120,7 +122,7 @@ TEST(Scheduler, PromotionAtMaxWaitGoesToTheHeadAndPastTheCap) {
   SchedConfig c = base(100);
   c.max_chunk_tokens = 15;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(s->submit(req(id++, 1, 1000), 0).accepted);
@@ -144,7 +146,7 @@ TEST(Scheduler, PromotionAtMaxWaitGoesToTheHeadAndPastTheCap) {
 
 TEST(Scheduler, DowngradeAtMaxWait) {
   auto s = make(one_at_a_time(TimeoutAction::kPromote, TimeoutAction::kDowngrade));
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 10), 0).accepted);
   ASSERT_TRUE(s->submit(req(2, 1, 10), 0).accepted);
@@ -158,7 +160,7 @@ TEST(Scheduler, DowngradeAtMaxWait) {
 
 TEST(Scheduler, RejectAtMaxWait) {
   auto s = make(one_at_a_time(TimeoutAction::kPromote));
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 10), 0).accepted);
   ASSERT_TRUE(s->submit(req(2, 1, 10), 0).accepted);
@@ -182,7 +184,7 @@ TEST(Scheduler, AdmissionRejectsFromPredictedWait) {
   SchedConfig c = base();
   c.tiers[1].max_batch = 1;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   build_backlog(*s, e, clock, id);
@@ -201,7 +203,7 @@ TEST(Scheduler, AdmissionDowngradesFromPredictedWait) {
   c.tiers[1].max_batch = 1;
   c.tiers[1].on_timeout = {TimeoutAction::kDowngrade, "batch"};
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   RequestId id = 1;
   build_backlog(*s, e, clock, id);
@@ -263,7 +265,7 @@ SchedConfig kv_config() {
 
 TEST(Scheduler, PreemptionOrderLowestTierNewestFirstNeverBelowFloor) {
   auto s = make(kv_config());
-  FakeEngine e(20, 1);
+  FakeEngine e(1);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 2, 6, 12), 0).accepted);  // low, older
   ASSERT_TRUE(s->submit(req(2, 2, 6, 12), 0).accepted);  // low, newer
@@ -283,12 +285,12 @@ TEST(Scheduler, PreemptionOrderLowestTierNewestFirstNeverBelowFloor) {
   EXPECT_EQ(s->info(2)->state, RequestState::kQueued);
   EXPECT_EQ(s->info(2)->n_preemptions, 1);
   EXPECT_GE(s->kv_blocks(2), 4);
-  EXPECT_EQ(e.used(), s->kv_blocks(0) + s->kv_blocks(1) + s->kv_blocks(2));
+  EXPECT_EQ(used_blocks(*s), s->kv_blocks(0) + s->kv_blocks(1) + s->kv_blocks(2));
 }
 
 TEST(Scheduler, PreemptionBudgetIsRespected) {
   auto s = make(kv_config());
-  FakeEngine e(20, 1);
+  FakeEngine e(1);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 2, 6, 12), 0).accepted);
   Request spent = req(2, 2, 6, 12);
@@ -304,7 +306,7 @@ TEST(Scheduler, PreemptionBudgetIsRespected) {
 
 TEST(Scheduler, PreemptedRequestResumesByRecomputation) {
   auto s = make(kv_config());
-  FakeEngine e(20, 1);
+  FakeEngine e(1);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 2, 6, 12), 0).accepted);
   ASSERT_TRUE(s->submit(req(2, 2, 6, 12), 0).accepted);
@@ -329,12 +331,12 @@ TEST(Scheduler, PreemptedRequestResumesByRecomputation) {
   EXPECT_EQ(s->n_active(), 0);
   std::sort(finished.begin(), finished.end());
   EXPECT_EQ(finished, (std::vector<RequestId>{0, 1, 2, 3, 10}));
-  EXPECT_EQ(e.used(), 0);
+  EXPECT_EQ(used_blocks(*s), 0);
 }
 
 TEST(Scheduler, LowerTierBelowFloorTakesBackWhatWasLent) {
   auto s = make(kv_config());
-  FakeEngine e(20, 1);
+  FakeEngine e(1);
   ManualClock clock;
   // mid borrows the whole cache while low is idle.
   ASSERT_TRUE(s->submit(req(1, 1, 9, 11), 0).accepted);
@@ -353,7 +355,7 @@ TEST(Scheduler, LowerTierBelowFloorTakesBackWhatWasLent) {
 // request finds no block, and one of them is preempted to redo its work.
 TEST(Scheduler, GrowthReserveKeepsRoomForRunningRequests) {
   auto s = make(base(100, 10, 4));  // 10 blocks of 4 cells
-  FakeEngine e(10, 4);
+  FakeEngine e(4);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 17, 8), 0).accepted);  // 5 blocks, room for 3 more tokens
   run_step(*s, e, clock);
@@ -373,7 +375,7 @@ TEST(Scheduler, GrowthReserveKeepsRoomForRunningRequests) {
   EXPECT_EQ(s->n_active(), 0);
   EXPECT_EQ(n_preempted, 0);
   EXPECT_FALSE(overlapped);  // 2 waited for 1: both together never fit
-  EXPECT_EQ(e.used(), 0);
+  EXPECT_EQ(used_blocks(*s), 0);
 
   // kv_reserve_tokens sets the horizon; negative is refused.
   SchedConfig c = base();
@@ -387,7 +389,7 @@ TEST(Scheduler, RunningRequestsKeepTheirBatchSlots) {
   SchedConfig c = base();
   c.tiers[0].max_batch = 2;
   auto s = make(c);
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 0, 10, 50), 0).accepted);
   ASSERT_TRUE(s->submit(req(2, 0, 10, 50), 0).accepted);
@@ -402,23 +404,68 @@ TEST(Scheduler, RunningRequestsKeepTheirBatchSlots) {
   EXPECT_EQ(s->n_active(), 0);
 }
 
-TEST(Scheduler, NoRoomFromTheEngineIsRetried) {
-  auto s = make(base(100, 100, 16));
-  FakeEngine e(4, 16);  // the engine has far fewer blocks than the config says
+// The scheduler owns the blocks: whatever it plans has its cells (the fake engine checks
+// each entry's table), two requests that cannot both fit take turns, and every block
+// comes back.
+TEST(Scheduler, EveryPlannedTokenHasItsCell) {
+  auto s = make(base(100, 6, 16));
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 40, 5), 0).accepted);
   ASSERT_TRUE(s->submit(req(2, 1, 40, 5), 0).accepted);
-  Plan p = run_step(*s, e, clock);
-  EXPECT_EQ(p.entries.size(), 2u);
-  EXPECT_EQ(s->info(2)->state, RequestState::kQueued);  // kNoRoom: nothing changed
-  EXPECT_EQ(s->kv_blocks_available(), 1);
-  for (int i = 0; i < 40 && (s->info(1) || s->info(2)); ++i) run_step(*s, e, clock);
+  for (int i = 0; i < 40 && s->n_active() > 0; ++i) {
+    const Plan p = run_step(*s, e, clock);
+    std::vector<int32_t> all;
+    for (const PlanEntry& en : p.entries) all.insert(all.end(), en.blocks.begin(), en.blocks.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a block in two tables: " << testing::describe(p);
+    EXPECT_LE(all.size(), 6u);
+  }
   EXPECT_EQ(s->n_active(), 0);
+  EXPECT_EQ(used_blocks(*s), 0);
+  EXPECT_EQ(s->kv_blocks_available(), 6);
+}
+
+// A prompt whose first blocks are cached is planned from the end of its hit: the hit is
+// not computed again and its tokens are not counted as demand; another key sees nothing.
+TEST(Scheduler, ACachedPrefixIsKnownWhenPlanned) {
+  auto s = make(base(100, 64, 16));
+  FakeEngine e(16);
+  ManualClock clock;
+  auto with_ids = [](RequestId id, std::vector<int32_t> t, uint64_t key) {
+    Request r = req(id, 1, int64_t(t.size()), 2);
+    r.tokens = std::move(t);
+    r.isolation_key = key;
+    return r;
+  };
+  std::vector<int32_t> a(40), b(40);
+  for (int i = 0; i < 40; ++i) a[size_t(i)] = b[size_t(i)] = 100 + i;
+  for (int i = 32; i < 40; ++i) b[size_t(i)] = 500 + i;
+  ASSERT_TRUE(s->submit(with_ids(1, a, 9), 0).accepted);
+  for (int i = 0; i < 10 && s->n_active() > 0; ++i) run_step(*s, e, clock);
+  ASSERT_EQ(s->n_active(), 0);
+  EXPECT_EQ(s->kv().pool().n_cached(), 2);  // two full blocks of request 1's prompt
+
+  ASSERT_TRUE(s->submit(with_ids(2, b, 9), clock.now_ns()).accepted);
+  ASSERT_TRUE(s->submit(with_ids(3, b, 8), clock.now_ns()).accepted);
+  const Plan p = run_step(*s, e, clock);
+  ASSERT_EQ(p.entries.size(), 2u) << testing::describe(p);
+  EXPECT_EQ(p.entries[0].id, 2u);
+  EXPECT_EQ(p.entries[0].kind, EntryKind::kStart);
+  EXPECT_EQ(p.entries[0].pos0, 32);
+  EXPECT_EQ(p.entries[0].n_tokens, 8);
+  EXPECT_EQ(p.entries[1].pos0, 0);  // key 8 never computed it
+  EXPECT_EQ(p.entries[1].n_tokens, 40);
+  EXPECT_EQ(p.tiers[1].tokens_demand, 48);
+  EXPECT_EQ(s->info(2)->n_computed, 40);
+  for (int i = 0; i < 10 && s->n_active() > 0; ++i) run_step(*s, e, clock);
+  EXPECT_EQ(s->n_active(), 0);
+  EXPECT_TRUE(s->kv().check_consistency());
 }
 
 TEST(Scheduler, CancelQueuedAndRunning) {
   auto s = make(base());
-  FakeEngine e(100000, 16);
+  FakeEngine e(16);
   ManualClock clock;
   ASSERT_TRUE(s->submit(req(1, 1, 10), 0).accepted);
   run_step(*s, e, clock);
@@ -440,9 +487,9 @@ TEST(Scheduler, ResultsMustMatchThePlan) {
   ASSERT_TRUE(s->submit(req(1, 1, 10), 0).accepted);
   const Plan p = s->schedule(0);
   StepUpdate u;
-  u.requests.push_back({99, StepOutcome::kOk, 1, 1, 1, false});
+  u.requests.push_back({99, StepOutcome::kOk, 1, 1, {FakeEngine::kSample}, false});
   EXPECT_EQ(s->update(p, u).code(), StatusCode::kInvalidArgument);
-  u.requests = {{1, StepOutcome::kInvalid, 0, 0, 0, false}};
+  u.requests = {{1, StepOutcome::kInvalid, 0, 0, {}, false}};
   EXPECT_TRUE(s->update(p, u).is_ok());
   EXPECT_FALSE(s->info(1).has_value());
   EXPECT_TRUE(has_event(s->schedule(0), EventKind::kFailed, 1, Reason::kEngineError));

@@ -46,9 +46,21 @@ void Service::Impl::release_active(int64_t n) {
     std::lock_guard<std::mutex> lk(mu);
     n_active -= n;
     n_engine_seqs = engine->n_seqs();
-    kv = engine->kv_stats();
+    kv = kv_snapshot();
   }
   idle.notify_all();
+}
+
+engine::KvStats Service::Impl::kv_snapshot() const {
+  const kv::BlockPool& pool = sched->kv().pool();
+  engine::KvStats k;
+  k.block_size = pool.block_size();
+  k.total = pool.n_blocks();
+  k.used = pool.n_used();
+  k.cached = pool.n_cached();
+  k.free = pool.n_free();
+  k.bytes = engine->kv_stats().bytes;
+  return k;
 }
 
 void Service::Impl::end(RequestId id, Update u) {
@@ -127,7 +139,7 @@ void Service::Impl::publish() {
   std::lock_guard<std::mutex> lk(mu);
   n_engine_seqs = engine->n_seqs();
   n_running = running;
-  kv = engine->kv_stats();
+  kv = kv_snapshot();
 }
 
 void Service::Impl::publish_cost() {
@@ -153,6 +165,8 @@ void Service::Impl::admit(std::vector<Pending>& in) {
     q.n_prompt_tokens = int64_t(p.req.prompt.size());
     q.max_output_tokens = p.max_tokens;
     q.preemption_budget = p.req.preemption_budget;
+    q.tokens = p.req.prompt;  // the scheduler finds cached prefixes by them
+    q.isolation_key = p.req.isolation_key;
     const sched::Decision d = sched->submit(q, p.arrival_ns);
 
     Update u;
@@ -224,7 +238,6 @@ void Service::Impl::apply_events(const sched::Plan& plan) {
       }
       case sched::EventKind::kPreempted: {
         ++r->n_preemptions;
-        r->n_computed = 0;
         metrics.request(r->tier_served, Outcome::kPreempted);
         Update u;
         u.kind = Update::Kind::kPreempted;
@@ -284,60 +297,49 @@ void Service::Impl::adapt_drafts(RequestState& r, int64_t drafted, int64_t accep
 
 // Speculative decoding of a decode entry (its tier has `speculative`): prompt-lookup
 // drafts after the last sampled token, verified by the engine in this step. Bounded by
-// the tokens the request may still generate, the context, and the KV blocks the decode
-// takes anyway (drafts never make a step need more blocks than the plan counted on).
-void Service::Impl::add_drafts(RequestState& r, engine::SeqStep& s) {
+// the tokens the request may still generate, the context, and the KV block the decode
+// writes into (drafts never take a block the scheduler did not allocate for the entry).
+void Service::Impl::add_drafts(RequestState& r, const sched::PlanEntry& e, engine::SeqStep& s) {
   if (opts.spec_max_drafts <= 0) return;
   if (r.spec_cooldown > 0) {
     --r.spec_cooldown;
     return;
   }
   const int64_t n_known = int64_t(r.known.size());
+  const int64_t cells = int64_t(e.blocks.size()) * sched->config().kv_block_size - (e.pos0 + 1);
   const int64_t room = std::min<int64_t>({int64_t(std::min(opts.spec_max_drafts, r.spec_k)),
-                                          r.max_tokens - r.n_generated - 1, max_seq_len - n_known});
+                                          r.max_tokens - r.n_generated - 1, max_seq_len - n_known, cells});
   if (room <= 0) return;
   DraftOptions d;
   d.max_drafts = int32_t(room);
   d.max_ngram = opts.spec_max_ngram;
   d.min_ngram = opts.spec_min_ngram;
   std::vector<int32_t> drafts = propose_drafts(r.known, d);
-  const int64_t blocks = engine->blocks_needed(s.seq, 1);
-  while (!drafts.empty() && engine->blocks_needed(s.seq, 1 + int64_t(drafts.size())) > blocks) drafts.pop_back();
   if (drafts.empty()) return;
   s.tokens.insert(s.tokens.end(), drafts.begin(), drafts.end());
   s.n_outputs = int32_t(s.tokens.size());
   s.speculative = true;
 }
 
-// Translate: the scheduler planned counts; the tokens are ours. Entries that cannot run
-// (a request gone, an engine refusal, nothing left) are answered kInvalid in `up` at once.
-Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sched::StepUpdate& up) {
+// Translate: the scheduler planned counts and allocated the blocks; the tokens are ours.
+// Entries that cannot run (a request gone, an engine refusal, nothing left) are answered
+// kInvalid in `up` at once.
+Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sched::StepUpdate& up, Ends& ends) {
   Translated t;
   for (const sched::PlanEntry& e : plan.entries) {
     RequestState* r = find(e.id);
     std::string error;
     if (!r) {
       error = "no such request";
-    } else if (e.kind != sched::EntryKind::kContinue) {
-      if (!engine->contains(e.id)) {
-        const Status st = engine->add(e.id, engine::SeqConfig{r->req.sampling, r->req.isolation_key});
-        if (!st.is_ok()) error = st.message();
-      }
-      if (error.empty()) {
-        const int64_t have = engine->info(e.id)->n_computed;
-        if (have == 0) {
-          // New, or back from preemption: whatever the prefix cache still holds of the
-          // known tokens is not computed again (the scheduler takes the result's count).
-          Result<int64_t> n = engine->reuse_prefix(e.id, r->known);
-          r->n_computed = n.is_ok() ? *n : 0;
-          if (!r->computed_once) r->n_cached_prompt = std::min<int64_t>(r->n_computed, int64_t(r->req.prompt.size()));
-        } else {
-          r->n_computed = have;
-        }
-      }
+    } else if (!engine->contains(e.id)) {  // new: its sampler (the KV is the scheduler's)
+      const Status st = engine->add(e.id, engine::SeqConfig{r->req.sampling, r->req.isolation_key});
+      if (!st.is_ok()) error = st.message();
     }
+    // A start at pos0 > 0 reuses that much of the prefix cache (the scheduler found it).
+    if (r && error.empty() && !r->computed_once)
+      r->n_cached_prompt = std::min<int64_t>(e.pos0, int64_t(r->req.prompt.size()));
     const int64_t n_known = r ? int64_t(r->known.size()) : 0;
-    const int64_t from = r ? r->n_computed : 0;
+    const int64_t from = e.pos0;
     const int64_t to = std::min(from + e.n_tokens, n_known);
     if (error.empty() && to <= from) error = "nothing left to compute";
     if (!error.empty()) {
@@ -345,7 +347,7 @@ Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sche
       rr.id = e.id;
       rr.outcome = sched::StepOutcome::kInvalid;
       up.requests.push_back(rr);
-      if (r) end_failed(e.id, Outcome::kError, sched::Reason::kEngineError, error);
+      if (r) ends.push_back([this, id = e.id, error] { end_failed(id, Outcome::kError, sched::Reason::kEngineError, error); });
       continue;
     }
     engine::SeqStep s;
@@ -354,12 +356,13 @@ Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sche
     t.step_pairs += sched::StepCost::pairs(to - from, from);
     s.n_outputs = to == n_known ? 1 : 0;
     if (e.speculative && e.kind == sched::EntryKind::kContinue && to == n_known && to - from == 1)
-      add_drafts(*r, s);
+      add_drafts(*r, e, s);
     s.logprobs = s.n_outputs > 0 ? r->req.logprobs : -1;
     t.sp.seqs.push_back(std::move(s));
+    t.sp.kv.push_back(engine::SeqKv{from, e.blocks, r->known});
     t.planned.push_back(&e);
   }
-
+  for (const auto& c : plan.copies) t.sp.copies.push_back(c);
   t.sp.interruptible = plan.interruptible;
   return t;
 }
@@ -367,17 +370,15 @@ Service::Impl::Translated Service::Impl::translate(const sched::Plan& plan, sche
 // Apply: one entry's engine result to its request (tokens out, the end, a refusal) and
 // to the scheduler's update.
 void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqStep& ss, const engine::SeqResult& sr, int64_t now,
-                                 int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up) {
+                                 int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up, Ends& ends) {
   RequestState& r = *find(e.id);
   sched::RequestResult rr;
   rr.id = e.id;
   rr.n_computed = sr.n_computed;
-  rr.n_blocks = sr.n_blocks;
   switch (sr.outcome) {
     case engine::SeqOutcome::kOk: {
       const int label = r.tier_served;
       tokens_by_label[size_t(label)] += int64_t(ss.tokens.size());
-      r.n_computed = sr.n_computed;
       if (!r.computed_once) {
         r.computed_once = true;
         r.first_step_ns = now;
@@ -398,6 +399,7 @@ void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqSte
         const int32_t t = sr.sampled[j];
         if (r.req.logprobs >= 0 && j < sr.logprobs.size()) r.pending_logprobs.push_back(token_logprob(sr.logprobs[j]));
         text += r.push_token(t, &why);
+        rr.sampled.push_back(t);
         ++rr.n_sampled;
         ++r.n_undelivered;
         if (why != EndKind::kNone) break;
@@ -428,45 +430,33 @@ void Service::Impl::apply_result(const sched::PlanEntry& e, const engine::SeqSte
       }
       if (why != EndKind::kNone) {
         rr.finished = true;
-        end_done(r, why);  // r is gone after this
+        ends.push_back([this, &r, why] { end_done(r, why); });  // r is gone after this
       }
       break;
     }
-    case engine::SeqOutcome::kNoRoom:
-      rr.outcome = sched::StepOutcome::kNoRoom;
-      // A start or resume that did not run must not keep the prefix blocks it
-      // attached: the scheduler counts it as holding none.
-      if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
-        (void)engine->preempt(e.id);
-        r.n_computed = 0;
-      }
-      break;
     case engine::SeqOutcome::kInterrupted:
-      // Nothing happened; as for kNoRoom, a start or resume gives back its prefix.
-      rr.outcome = sched::StepOutcome::kInterrupted;
-      if (e.kind != sched::EntryKind::kContinue && engine->contains(e.id)) {
-        (void)engine->preempt(e.id);
-        r.n_computed = 0;
-      }
+      rr.outcome = sched::StepOutcome::kInterrupted;  // nothing happened; planned again
       break;
-    case engine::SeqOutcome::kInvalid:
+    case engine::SeqOutcome::kNoRoom:  // the scheduler allocated every entry's blocks
+    case engine::SeqOutcome::kInvalid: {
       rr.outcome = sched::StepOutcome::kInvalid;
-      end_failed(e.id, Outcome::kError, sched::Reason::kEngineError, sr.error);
+      const std::string error = sr.outcome == engine::SeqOutcome::kNoRoom ? "the engine had no room" : sr.error;
+      ends.push_back([this, id = e.id, error] { end_failed(id, Outcome::kError, sched::Reason::kEngineError, error); });
       break;
+    }
   }
   up.requests.push_back(rr);
 }
 
 bool Service::Impl::step_once() {
   const int64_t now = clock->now_ns();
-  sched::Plan plan = sched->schedule(now);
-  for (RequestId id : plan.preempt)
-    if (engine->contains(id)) (void)engine->preempt(id);
+  sched::Plan plan = sched->schedule(now);  // preemptions freed their KV already
   apply_events(plan);
   metrics.priority_inversions(plan.n_priority_inversions);
 
   sched::StepUpdate up;
-  Translated tr = translate(plan, up);
+  Ends ends;
+  Translated tr = translate(plan, up, ends);
   engine::StepPlan& sp = tr.sp;
   const std::vector<const sched::PlanEntry*>& planned = tr.planned;
   const double step_pairs = tr.step_pairs;
@@ -490,16 +480,11 @@ bool Service::Impl::step_once() {
     }
     const int64_t t_done = clock->now_ns();
     for (size_t i = 0; i < res.seqs.size() && i < planned.size(); ++i)
-      apply_result(*planned[i], sp.seqs[i], res.seqs[i], now, t_done, tokens_by_label, up);
-    up.kv_blocks_total = res.stats.kv_blocks_total;
-    up.kv_blocks_available = res.stats.kv_blocks_free + res.stats.kv_blocks_cached;
-  } else {
-    const engine::KvStats kvs = engine->kv_stats();
-    up.kv_blocks_total = kvs.total;
-    up.kv_blocks_available = kvs.free + kvs.cached;
+      apply_result(*planned[i], sp.seqs[i], res.seqs[i], now, t_done, tokens_by_label, up, ends);
   }
   if (const Status st = sched->update(plan, up); !st.is_ok())
     TS_LOG_ERROR("serving: scheduler update: %s", st.to_string().c_str());
+  for (const auto& end_it : ends) end_it();
 
   // Share of the step: of the budget, or of all tokens when bursts took the step past it.
   tier_gauges(&tokens_by_label, double(std::max(plan.token_budget, plan.n_tokens())));

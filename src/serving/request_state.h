@@ -32,9 +32,8 @@ struct RequestState {
   sched::TierId tier_served = 0;  // as last reported to the client
   int64_t max_tokens = 0;         // after the service's caps
 
-  // Tokens: prompt + generated; the engine holds KV for [0, n_computed).
+  // Tokens: prompt + generated (the scheduler knows which of them are in KV).
   std::vector<int32_t> known;
-  int64_t n_computed = 0;
   int64_t n_generated = 0;
   int64_t n_cached_prompt = 0;    // reused from the prefix cache at the first start
   bool computed_once = false;     // a step computed something for it

@@ -47,7 +47,10 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
     return invalid_argument("speculative: max_drafts in [0, 64], 1 <= min_ngram <= max_ngram");
   if (opts.sched.tiers.empty()) return invalid_argument("no_tiers: at least one tier is needed");
 
-  auto engine = engine::Engine::create(model, opts.engine);
+  // The scheduler owns the KV blocks (it allocates while planning); the engine maps them.
+  engine::EngineOptions eo = opts.engine;
+  eo.external_kv = true;
+  auto engine = engine::Engine::create(model, eo);
   if (!engine.is_ok()) return engine.status();
   const engine::KvStats kv = (*engine)->kv_stats();
 
@@ -60,6 +63,8 @@ Result<std::unique_ptr<Service>> Service::create(engine::Model& model, const tok
   sched::SchedConfig cfg = opts.sched;
   cfg.kv_blocks_total = kv.total;
   cfg.kv_block_size = kv.block_size;
+  cfg.prefix_cache = eo.prefix_cache;
+  cfg.share_prefixes = eo.share_prefixes;
   if (cfg.step_token_budget == 0)
     cfg.step_token_budget = derive_step_budget(cost, cfg.max_segment_ms, (*engine)->options().max_step_tokens);
   for (sched::TierConfig& t : cfg.tiers)

@@ -2,6 +2,7 @@
 // drain, shutdown) and loop.cc (the engine-loop thread). Private to the layer.
 #pragma once
 
+#include <functional>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -92,10 +93,15 @@ struct Service::Impl {
     std::vector<const sched::PlanEntry*> planned;  // the entry of each sp.seqs[i]
     double step_pairs = 0;                         // attention pairs (for the cost model)
   };
-  Translated translate(const sched::Plan& plan, sched::StepUpdate& up);
+  // Requests that end in a step end after the scheduler's update, which frees their
+  // blocks: whoever sees a request end (wait_idle, stats) sees its KV released.
+  using Ends = std::vector<std::function<void()>>;
+  Translated translate(const sched::Plan& plan, sched::StepUpdate& up, Ends& ends);
   void apply_result(const sched::PlanEntry& e, const engine::SeqStep& ss, const engine::SeqResult& sr, int64_t now,
-                    int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up);
-  void add_drafts(RequestState& r, engine::SeqStep& s);
+                    int64_t t_done, std::vector<int64_t>& tokens_by_label, sched::StepUpdate& up, Ends& ends);
+  void add_drafts(RequestState& r, const sched::PlanEntry& e, engine::SeqStep& s);
+  // The KV pool as the scheduler (its owner) sees it, with the engine's tensor bytes.
+  engine::KvStats kv_snapshot() const;
   void adapt_drafts(RequestState& r, int64_t drafted, int64_t accepted);
   TokenLogprob token_logprob(const engine::OutputLogprob& lp) const;
   void admit(std::vector<Pending>& in);

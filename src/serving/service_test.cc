@@ -88,6 +88,46 @@ TEST(ServiceBatching, Stories260kEqualsSolo) { expect_batched_equals_solo(testin
 
 TEST(ServiceBatching, RandomLlamaEqualsSolo) { expect_batched_equals_solo(testing::random_llama(), 8, 12); }
 
+// The scheduler finds a cached prefix when it plans the start: a prompt that shares its
+// first blocks with a finished one computes only the rest (usage says how much was
+// reused), and its output, with a repetition penalty that sees the whole prompt, equals
+// its solo run. Another isolation key reuses nothing.
+TEST(ServiceBatching, ACachedPrefixIsReusedAndChangesNothing) {
+  LoadedModel& m = testing::stories();
+  ASSERT_TRUE(m.model);
+  auto svc = make_service(m, testing::two_tier_options());
+  ASSERT_TRUE(svc);
+  Rng rng(23);
+  const std::vector<int32_t> first = testing::random_prompt(rng, 70, m.model->config().n_vocab);
+  const std::vector<int32_t> tail = testing::random_prompt(rng, 6, m.model->config().n_vocab);
+  auto run = [&](std::vector<int32_t> prompt, uint64_t key) {
+    GenerateRequest r;
+    r.tier = rank_of("slow");
+    r.prompt = std::move(prompt);
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.sampling = seeded(5);
+    r.isolation_key = key;
+    Recorder rec;
+    EXPECT_TRUE(svc->submit(r, rec.callback()).is_ok());
+    EXPECT_TRUE(rec.wait_final());
+    const Update f = rec.final_update();
+    EXPECT_EQ(f.kind, Update::Kind::kDone) << f.reason << " " << f.message;
+    const auto ref = testing::solo_tokens(*m.model, *m.tok, r.prompt, 12, r.sampling, true);
+    EXPECT_EQ(rec.text(), testing::tokens_text(*m.tok, ref, true));
+    return f.usage.cached_prompt_tokens;
+  };
+  EXPECT_EQ(run(first, 1), 0);
+  std::vector<int32_t> second(first.begin(), first.begin() + 64);
+  second.insert(second.end(), tail.begin(), tail.end());
+  EXPECT_EQ(run(second, 1), 64);  // four blocks of 16
+  EXPECT_EQ(run(second, 2), 0);
+  EXPECT_EQ(run(first, 1), 64);   // the whole first prompt's full blocks, and the rest computed
+  EXPECT_TRUE(svc->wait_idle(5000));
+  EXPECT_EQ(svc->stats().kv.used, 0);
+  EXPECT_GT(svc->stats().kv.cached, 0);
+}
+
 // The default model (Gemma 3 270M: gemma3 architecture, its chat template, a 262k
 // vocabulary with multi-byte pieces) end to end: chat prompts rendered and tokenized as
 // the server does, three concurrent requests equal their solo runs. Skipped when the

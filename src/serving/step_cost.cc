@@ -12,15 +12,71 @@ namespace {
 
 constexpr engine::SeqId kScratch = engine::SeqId(1) << 62;  // never a request id
 
+// One step on the engine, whose KV blocks its caller allocates (external_kv: serving's
+// scheduler does, and it has not started yet): the calibration allocates from a pool of
+// its own over the same tensors and gives every block back after each measurement.
+class Scratch {
+ public:
+  explicit Scratch(engine::Engine& e) : e_(e), kv_(options(e)) {}
+  ~Scratch() { clear(); }
+
+  bool add(engine::SeqId id, uint64_t salt) {
+    engine::SeqConfig cfg;
+    cfg.isolation_key = salt;
+    if (!e_.add(id, cfg).is_ok()) return false;
+    kv_.add(id, salt, false);
+    ids_.push_back(id);
+    return true;
+  }
+  // *ok: every entry computed (false when the cache or the engine refused one).
+  engine::StepResult step(engine::StepPlan& plan, bool* ok) {
+    std::vector<kv::BlockCopy> copies;
+    *ok = true;
+    if (!e_.options().external_kv) {  // the engine allocates for itself
+      engine::StepResult r = e_.step(plan);
+      for (const engine::SeqResult& s : r.seqs) *ok = *ok && s.outcome == engine::SeqOutcome::kOk;
+      return r;
+    }
+    for (const engine::SeqStep& st : plan.seqs) {
+      *ok = *ok && kv_.reserve(st.seq, int64_t(st.tokens.size()), &copies);
+      plan.kv.push_back(engine::SeqKv{kv_.n_computed(st.seq), kv_.blocks(st.seq), {}});
+    }
+    if (!*ok) return {};
+    engine::StepResult r = e_.step(plan);
+    for (const engine::SeqResult& s : r.seqs) {
+      *ok = *ok && s.outcome == engine::SeqOutcome::kOk;
+      kv_.commit(s.seq, {}, s.outcome == engine::SeqOutcome::kOk ? s.n_computed - kv_.n_computed(s.seq) : 0);
+    }
+    return r;
+  }
+  void clear() {
+    for (engine::SeqId id : ids_) {
+      (void)e_.remove(id);
+      kv_.remove(id);
+    }
+    ids_.clear();
+  }
+
+ private:
+  static kv::KvOptions options(const engine::Engine& e) {
+    kv::KvOptions o;
+    o.n_blocks = e.kv_stats().total;
+    o.block_size = e.options().block_size;
+    o.prefix_cache = false;
+    return o;
+  }
+  engine::Engine& e_;
+  kv::KvManager kv_;
+  std::vector<engine::SeqId> ids_;
+};
+
 // Wall time of one step of n_seqs new sequences of n_tokens each (one output each); -1 if
 // the engine refused it.
-int64_t time_step(engine::Engine& e, int n_seqs, int64_t n_tokens, int64_t n_vocab, uint64_t salt) {
+int64_t time_step(Scratch& k, int n_seqs, int64_t n_tokens, int64_t n_vocab, uint64_t salt) {
   engine::StepPlan plan;
   for (int s = 0; s < n_seqs; ++s) {
     const engine::SeqId id = kScratch + engine::SeqId(s);
-    engine::SeqConfig cfg;
-    cfg.isolation_key = salt;
-    if (!e.add(id, cfg).is_ok()) return -1;
+    if (!k.add(id, salt)) return -1;
     engine::SeqStep st;
     st.seq = id;
     for (int64_t i = 0; i < n_tokens; ++i)
@@ -28,12 +84,11 @@ int64_t time_step(engine::Engine& e, int n_seqs, int64_t n_tokens, int64_t n_voc
     st.n_outputs = 1;
     plan.seqs.push_back(std::move(st));
   }
+  bool ok = false;
   const auto t0 = std::chrono::steady_clock::now();
-  const engine::StepResult r = e.step(plan);
+  (void)k.step(plan, &ok);
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  bool ok = true;
-  for (const engine::SeqResult& s : r.seqs) ok = ok && s.outcome == engine::SeqOutcome::kOk;
-  for (int s = 0; s < n_seqs; ++s) (void)e.remove(kScratch + engine::SeqId(s));
+  k.clear();
   return ok ? ns : -1;
 }
 
@@ -41,27 +96,26 @@ int64_t time_step(engine::Engine& e, int n_seqs, int64_t n_tokens, int64_t n_voc
 
 sched::StepCost measure_step_cost(engine::Engine& e, int32_t n_layers, int64_t n_vocab) {
   sched::StepCost c;
+  Scratch k(e);
   const int64_t long_chunk = std::min<int64_t>(128, e.options().max_step_tokens);
   const int64_t short_chunk = 16, rows = 8;
   if (long_chunk <= short_chunk || n_vocab < 2) return c;
   // The shapes are timed in turn, five rounds, and each keeps its fastest run: other load
   // on the machine only ever adds time, and taking turns spreads it over all shapes alike.
-  (void)time_step(e, 1, short_chunk, n_vocab, 7);  // warm caches and pages
+  (void)time_step(k, 1, short_chunk, n_vocab, 7);  // warm caches and pages
   int64_t a = -1, b = -1, d = -1;
   auto keep = [](int64_t& best, int64_t ns) { best = ns < 0 ? -2 : best == -2 ? -2 : best < 0 ? ns : std::min(best, ns); };
   for (int rep = 0; rep < 5; ++rep) {
-    keep(a, time_step(e, 1, short_chunk, n_vocab, uint64_t(rep) * 31 + 1));
-    keep(b, time_step(e, 1, long_chunk, n_vocab, uint64_t(rep) * 31 + 2));
-    keep(d, time_step(e, int(rows), 1, n_vocab, uint64_t(rep) * 31 + 3));
+    keep(a, time_step(k, 1, short_chunk, n_vocab, uint64_t(rep) * 31 + 1));
+    keep(b, time_step(k, 1, long_chunk, n_vocab, uint64_t(rep) * 31 + 2));
+    keep(d, time_step(k, int(rows), 1, n_vocab, uint64_t(rep) * 31 + 3));
   }
   // Attention over a context: short chunks after `context` tokens of one sequence.
   const int64_t context = std::min<int64_t>(256, e.max_seq_len() - 4 * short_chunk);
   int64_t at_ctx = -1;
   if (context >= long_chunk) {
     const engine::SeqId id = kScratch + 100;
-    engine::SeqConfig cfg;
-    cfg.isolation_key = 99;
-    if (e.add(id, cfg).is_ok()) {
+    if (k.add(id, 99)) {
       int64_t pos = 0;
       auto chunk = [&](int64_t n) {
         engine::StepPlan plan;
@@ -70,10 +124,10 @@ sched::StepCost measure_step_cost(engine::Engine& e, int32_t n_layers, int64_t n
         for (int64_t i = 0; i < n; ++i) st.tokens.push_back(int32_t((uint64_t(pos + i) * 7919 + 5) % uint64_t(n_vocab)));
         st.n_outputs = 1;
         plan.seqs.push_back(std::move(st));
+        bool ok = false;
         const auto t0 = std::chrono::steady_clock::now();
-        const engine::StepResult r = e.step(plan);
+        (void)k.step(plan, &ok);
         pos += n;
-        const bool ok = !r.seqs.empty() && r.seqs[0].outcome == engine::SeqOutcome::kOk;
         return ok ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()
                   : int64_t(-1);
       };
@@ -85,10 +139,10 @@ sched::StepCost measure_step_cost(engine::Engine& e, int32_t n_layers, int64_t n
         ok = ns >= 0;
         if (ok) at_ctx = at_ctx < 0 ? ns : std::min(at_ctx, ns);
       }
-      (void)e.remove(id);
+      k.clear();
     }
   }
-  e.clear_prefix_cache();
+  k.clear();
   if (a < 0 || b < 0 || d < 0) {
     TS_LOG_WARN("serving: the step cost could not be measured (the KV cache refused the calibration steps)");
     return c;

@@ -14,6 +14,7 @@ namespace ts::sched {
 namespace {
 
 using testing::FakeEngine;
+using testing::used_blocks;
 
 constexpr int64_t kMs = 1'000'000;
 
@@ -52,7 +53,6 @@ inline Plan run_step(Scheduler& s, FakeEngine& e, ManualClock& clock, int64_t dt
   Plan p = s.schedule(clock.now_ns());
   StepUpdate u = e.step(p);
   EXPECT_TRUE(s.update(p, u).is_ok());
-  e.sync(s);
   clock.advance_ns(dt_ns);
   return p;
 }
@@ -72,8 +72,7 @@ inline StepUpdate interrupted(const Scheduler& s, const Plan& p) {
     RequestResult r;
     r.id = en.id;
     r.outcome = StepOutcome::kInterrupted;
-    r.n_computed = s.info(en.id)->n_computed;
-    r.n_blocks = s.info(en.id)->n_blocks;
+    r.n_computed = en.pos0;
     u.requests.push_back(r);
   }
   return u;

@@ -1,13 +1,18 @@
 // The continuous-batching engine: many sequences in one paged KV cache, advanced together
 // by step(plan) (engine/step.h). One thread owns an Engine; nothing here is thread-safe.
 //
-// KV memory is one pool of fixed-size blocks (kv/block_pool.h) sized once from a byte
-// budget. A sequence holds a block table; blocks are allocated as its tokens are computed,
-// shared by fork() and by prefix reuse, copied on the first write to a shared block, and
-// released by preempt() and remove(). Full blocks are registered under a chained hash of
-// their token prefix (and the sequence's isolation key); after a sequence ends they stay
-// cached, least recently used first to go, until the pool needs room. A new sequence (or a
-// preempted one coming back) reuses them with reuse_prefix().
+// KV memory is one set of tensors of fixed-size blocks (ops/kv_cache.h) sized once from a
+// byte budget. Who allocates the blocks is the caller's choice:
+//   - external_kv (serving): the scheduler owns a kv::KvManager and allocates while it
+//     plans; each SeqStep carries its block table, first position and history, and the
+//     engine only maps those blocks onto the tensors (and makes the plan's copies);
+//   - otherwise (tools, tests) the engine owns a kv::KvManager itself: blocks are
+//     allocated as a sequence's tokens are computed, shared by fork() and by prefix
+//     reuse, copied on the first write to a shared block, and released by preempt() and
+//     remove(); full blocks are registered under a chained hash of their token prefix
+//     (and the sequence's isolation key) and stay cached after a sequence ends, least
+//     recently used first to go. A new sequence (or a preempted one coming back) reuses
+//     them with reuse_prefix().
 //
 // Sequence life cycle, all under the caller's (the scheduler's) control:
 //   add -> [reuse_prefix] -> step... -> remove               finish or cancel
@@ -36,7 +41,7 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "engine/step.h"
-#include "kv/block_pool.h"
+#include "kv/kv_manager.h"
 
 namespace ts::engine {
 
@@ -54,6 +59,9 @@ struct EngineOptions {
   // Reuse prefixes across isolation keys (one shared cache). Off: a sequence only ever
   // reuses blocks computed under its own key.
   bool share_prefixes = false;
+  // The caller allocates the blocks (SeqStep::pos0/blocks/history, StepPlan::copies);
+  // reuse_prefix, fork and truncate are refused, info() reports no KV.
+  bool external_kv = false;
 };
 
 struct SeqConfig {
@@ -114,7 +122,7 @@ class Engine {
   int64_t n_seqs() const { return int64_t(seqs_.size()); }
   KvStats kv_stats() const;
   // KV blocks appending n_new tokens to `id` would take now (new blocks + copy-on-write);
-  // -1 for an unknown sequence. For planners that want to predict kNoRoom.
+  // -1 for an unknown sequence or with external_kv.
   int64_t blocks_needed(SeqId id, int64_t n_new) const;
   // Drops all cached prefixes (tests, memory pressure from outside).
   void clear_prefix_cache();
@@ -138,21 +146,14 @@ class Engine {
   struct Seq {
     SeqConfig cfg;
     SeqState state = SeqState::kRunning;
-    std::vector<int32_t> blocks;    // block table: position p in blocks[p / block_size]
-    std::vector<int32_t> tokens;    // tokens whose KV is in the cache (n_computed)
-    std::vector<uint64_t> hashes;   // chained prefix hash of each full block
     std::unique_ptr<Sampler> sampler;
     int64_t n_accepted = 0;         // tokens the sampler has seen (survives preemption)
     int32_t n_preemptions = 0;
   };
 
   Engine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {}
-  void release_blocks(Seq& s, size_t keep_blocks);
-  void register_full_blocks(Seq& s);
-  uint64_t root_hash(const Seq& s) const;
-  // Makes room for n_new tokens after s's n_computed: new blocks, copy-on-write of a
-  // shared last block. False (nothing changed) when the pool is short.
-  bool reserve(Seq& s, int64_t n_new, int32_t* n_copies);
+  Status own_kv(const char* what) const;
+  void catch_up(Seq& s, std::span<const int32_t> history, int64_t upto);
   Seq* find(SeqId id);
   const Seq* find(SeqId id) const;
 
@@ -161,7 +162,7 @@ class Engine {
   int64_t max_seq_len_ = 0;
   int64_t n_vocab_ = 0;
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<kv::BlockPool> pool_;
+  std::unique_ptr<kv::KvManager> kvm_;  // null with external_kv
   std::unique_ptr<Workspace> ws_;
   std::unordered_map<SeqId, Seq> seqs_;
   const std::atomic<bool>* interrupt_ = nullptr;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,13 +47,30 @@ struct SeqStep {
   bool speculative = false;
 };
 
+// Where one sequence's KV lives, for an engine with EngineOptions::external_kv (the
+// scheduler owns the blocks): its first position (its n_computed), its block table (room
+// for pos0 + tokens positions, allocated by the caller) and its tokens before pos0 (the
+// sampler's history: at least those it has not seen, e.g. a prefix reused from the cache).
+// Views: the caller keeps them alive through step().
+struct SeqKv {
+  int64_t pos0 = 0;
+  std::span<const int32_t> blocks;
+  std::span<const int32_t> history;
+};
+
 struct StepPlan {
-  // In priority order: when KV blocks run out, later entries get kNoRoom first.
+  // In order. An engine that owns its blocks answers kNoRoom for later entries first when
+  // they run out; with external_kv the caller allocated them all.
   std::vector<SeqStep> seqs;
   // The step may be abandoned at a layer boundary when the engine's interrupt flag
   // (Engine::set_interrupt_flag) is raised: nothing is committed, every computed entry
   // answers kInterrupted, and the caller plans it again.
   bool interruptible = false;
+  // external_kv: one per entry of seqs, same order.
+  std::vector<SeqKv> kv;
+  // external_kv: (src, dst) blocks to copy before the step (copy-on-write of a shared
+  // block the step writes into), in order.
+  std::vector<std::pair<int32_t, int32_t>> copies;
 };
 
 enum class SeqOutcome : uint8_t {

@@ -66,6 +66,8 @@ class BlockPool {
   bool register_block(int32_t b, uint64_t parent, std::span<const int32_t> tokens);
   // The block holding `tokens` after `parent`, retained for the caller; -1 when none.
   int32_t acquire_cached(uint64_t parent, std::span<const int32_t> tokens);
+  // The block holding `tokens` after `parent`, without retaining it; -1 when none.
+  int32_t lookup(uint64_t parent, std::span<const int32_t> tokens) const;
   // Forgets b's registration (its contents are about to change).
   void unregister(int32_t b);
   bool is_registered(int32_t b) const { return registered_[size_t(b)] != 0; }

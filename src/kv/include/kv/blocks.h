@@ -1,5 +1,5 @@
-// Block arithmetic shared by the engine's pool and the scheduler's KV planning: the
-// scheduler predicts how many blocks a planned step takes without seeing the pool.
+// Block arithmetic shared by KvManager and the scheduler's KV planning (what a request
+// will still need, beyond what it holds).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ constexpr int64_t blocks_for_tokens(int64_t n_tokens, int32_t block_size) {
 
 // Blocks a sequence holding `n_blocks` for `n_computed` tokens needs to append `n_new`
 // more (0 when the last block has room). Copy-on-write of a shared last block is not
-// counted: the engine answers kNoRoom in that rare case and the planner tries again.
+// counted (KvManager::blocks_needed counts it).
 constexpr int64_t blocks_to_append(int64_t n_computed, int64_t n_blocks, int64_t n_new, int32_t block_size) {
   const int64_t need = blocks_for_tokens(n_computed + n_new, block_size) - n_blocks;
   return need > 0 ? need : 0;

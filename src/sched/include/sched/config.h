@@ -106,9 +106,12 @@ struct SchedConfig {
   int64_t max_chunk_tokens = 0;     // per request and step; 0: the whole budget
   // Steps over which a bursting tier's share_max is enforced (TierConfig::burst_tokens).
   int32_t share_window_steps = 64;
-  // KV pool as the engine reports it (the serving layer copies EngineOptions/kv_stats).
+  // The KV pool the scheduler allocates from: the engine's KV tensors' blocks (the
+  // serving layer copies EngineOptions/kv_stats), and its prefix cache.
   int32_t kv_blocks_total = 1024;
   int32_t kv_block_size = 16;
+  bool prefix_cache = true;
+  bool share_prefixes = false;  // reuse prefixes across isolation keys
   // Global overload: beyond these, the lowest tier is shed first.
   int32_t max_queued_requests_total = 4096;
   int64_t max_queued_tokens_total = int64_t(1) << 24;

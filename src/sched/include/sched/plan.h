@@ -1,10 +1,13 @@
 // The step contract on the scheduler's side (docs/architecture.md, engine/step.h): a Plan is plain
-// data in counts only; the serving layer holds the token ids, builds engine::StepPlan from
-// it, runs the step and copies what the scheduler needs into a StepUpdate. Both can be
-// made by hand, which is how the tests drive the scheduler without a model.
+// data: counts, and for each entry the KV blocks the scheduler allocated for it while
+// planning (it owns the block pool, kv/kv_manager.h). The serving layer holds the token
+// ids, builds engine::StepPlan from it, runs the step and copies what the scheduler needs
+// into a StepUpdate. Both can be made by hand, which is how the tests drive the scheduler
+// without a model.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "sched/request.h"
@@ -12,8 +15,8 @@
 namespace ts::sched {
 
 enum class EntryKind : uint8_t {
-  kStart,     // first step: serving adds the sequence (and may reuse a cached prefix)
-  kResume,    // after preemption: serving recomputes from the sequence's tokens
+  kStart,     // first step: serving adds the sequence (pos0 > 0: a cached prefix is reused)
+  kResume,    // after preemption: serving recomputes from the sequence's tokens at pos0
   kContinue,  // already in KV
 };
 
@@ -21,9 +24,13 @@ struct PlanEntry {
   RequestId id = 0;
   TierId tier = 0;         // the tier serving it now
   EntryKind kind = EntryKind::kContinue;
-  int64_t n_tokens = 0;    // tokens to compute after n_computed (>= 1)
+  int64_t pos0 = 0;        // the request's n_computed: a prefix hit counts already
+  int64_t n_tokens = 0;    // tokens to compute after pos0 (>= 1)
   int32_t n_outputs = 0;   // 1 when the chunk reaches the last known token, else 0
   bool speculative = false;  // the tier allows speculative decoding
+  // Its block table: room for pos0 + n_tokens positions (speculative drafts may use the
+  // rest of the last block, never more).
+  std::vector<int32_t> blocks;
 };
 
 // What one tier got in this step, for the share gauge and the invariants.
@@ -44,11 +51,13 @@ struct Plan {
   int64_t step = 0;            // 1, 2, ... in schedule() order
   int64_t now_ns = 0;
   int64_t token_budget = 0;
-  // Before the step, serving calls engine.preempt() on these (their KV is freed).
+  // Preempted while planning: their KV is freed already; they recompute from pos0 later.
   std::vector<RequestId> preempt;
-  // In priority order (tier, then the tier's order): when the engine runs out of KV it
-  // answers kNoRoom for the last entries first, which are the lowest tier's.
+  // In priority order (tier, then the tier's order). Every entry's blocks are allocated:
+  // the engine never runs out of room for a plan.
   std::vector<PlanEntry> entries;
+  // (src, dst) KV blocks to copy before the step (copy-on-write of a shared block).
+  std::vector<std::pair<int32_t, int32_t>> copies;
   std::vector<TierStep> tiers;  // indexed by TierId
   // Every decision since the previous plan (admission shedding, timeouts, preemptions,
   // finishes and failures seen by update(), cancellations), in order.
@@ -74,23 +83,22 @@ struct Plan {
 };
 
 // kInterrupted: the engine abandoned the step (Plan::interruptible); nothing changed.
-enum class StepOutcome : uint8_t { kOk, kNoRoom, kInvalid, kInterrupted };
+enum class StepOutcome : uint8_t { kOk, kInvalid, kInterrupted };
 
 // What happened to one plan entry (engine::SeqResult, reduced to counts).
 struct RequestResult {
   RequestId id = 0;
   StepOutcome outcome = StepOutcome::kOk;
-  int64_t n_computed = 0;   // tokens in KV after the step
-  int32_t n_blocks = 0;     // KV blocks the sequence holds after the step
+  int64_t n_computed = 0;   // tokens in KV after the step (pos0 + the tokens kept)
   int32_t n_sampled = 0;    // tokens accepted into the output this step
+  // Their ids (n_sampled of them) when the request's tokens are known to the scheduler.
+  std::vector<int32_t> sampled;
   bool finished = false;    // stop token or stop string (serving decides)
 };
 
 struct StepUpdate {
-  std::vector<RequestResult> requests;  // one per plan entry, any order
-  // KV pool after the step (engine::StepStats); negative: unknown, keep the estimate.
-  int32_t kv_blocks_total = -1;
-  int32_t kv_blocks_available = -1;  // free + cached (reclaimable)
+  // One per plan entry, any order; an entry without one counts as not computed.
+  std::vector<RequestResult> requests;
 };
 
 }  // namespace ts::sched

@@ -1,10 +1,12 @@
-// Requests as the scheduler sees them (counts only, no token ids), and the decisions it
+// Requests as the scheduler sees them (counts, and token ids where known: the scheduler
+// owns the KV blocks and finds cached prefixes by them), and the decisions it
 // makes about them. Every decision carries a Reason, whose name is what the server puts
 // in x-tierserve-degraded-reason and in the counters' labels.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ts::sched {
 
@@ -19,6 +21,10 @@ struct Request {
   int64_t max_output_tokens = 1;  // >= 1; the request finishes at the latest there
   // Times this request may be preempted; -1: the tier's preemption_budget.
   int32_t preemption_budget = -1;
+  // The prompt's token ids (n_prompt_tokens of them), or empty: then its KV is counted
+  // but never reused as a cached prefix (scheduler tests plan counts only).
+  std::vector<int32_t> tokens;
+  uint64_t isolation_key = 0;     // prefixes are reused only under the same key
 };
 
 enum class Reason : uint8_t {

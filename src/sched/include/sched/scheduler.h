@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/kv_manager.h"
 #include "sched/config.h"
 #include "sched/plan.h"
 #include "sched/request.h"
@@ -114,7 +115,9 @@ class Scheduler {
   std::optional<RequestInfo> info(RequestId id) const;
   // Accepted requests that have not ended.
   int64_t n_active() const { return int64_t(reqs_.size()); }
-  int32_t kv_blocks_available() const { return kv_available_; }
+  int32_t kv_blocks_available() const { return kv_.n_available(); }
+  // The KV blocks: which request holds which, and the prefix cache.
+  const kv::KvManager& kv() const { return kv_; }
 
  private:
   struct Req {
@@ -127,6 +130,7 @@ class Scheduler {
     int32_t n_blocks = 0, n_preemptions = 0, budget = 0;
     int32_t steps_behind = 0, steps_behind_late = 0;  // RequestInfo::steps_behind*
     int64_t queued_tokens = 0;  // what it adds to its tier's queued_tokens while queued
+    bool has_ids = false;       // r.tokens holds the known tokens (prompt, then outputs)
 
     int64_t n_known() const { return r.n_prompt_tokens + n_generated; }
     int64_t remaining() const { return n_known() - n_computed; }
@@ -173,6 +177,9 @@ class Scheduler {
   int64_t reserve_need(const Req& r, int64_t planned, int64_t blocks) const;
   int64_t growth_reserve(const StepCtx& c, const Req& except) const;
   void preempt(StepCtx& c, Req& q, Reason reason);
+  bool attach_prefix(StepCtx& c, Candidate& cand);
+  void detach_prefix(StepCtx& c, Candidate& cand);
+  int64_t prefix_hit(const Req& q) const;
   void break_deadlock(StepCtx& c);
   void finish_plan(StepCtx& c, Plan& plan);
   int32_t kv_in_use() const;
@@ -184,8 +191,7 @@ class Scheduler {
   std::vector<Event> events_;                // for the next plan
   int64_t step_ = 0;
   int64_t last_now_ns_ = -1;
-  int32_t kv_total_ = 0;
-  int32_t kv_available_ = 0;
+  kv::KvManager kv_;
   // Tokens planned per tier in each of the last share_window_steps plans (a ring), and
   // their sums per tier: what a bursting tier's share_max is checked against.
   std::vector<std::vector<int64_t>> window_;

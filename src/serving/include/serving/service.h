@@ -5,7 +5,7 @@
 // through the request's callback, called on the loop thread, in order.
 //
 //   loop:  inbox (new, cancel) -> scheduler.submit/cancel
-//          plan = scheduler.schedule(now) -> preempt/add/reuse_prefix -> engine.step
+//          plan = scheduler.schedule(now) (allocates the KV blocks) -> add -> engine.step
 //          -> sample, detokenize, stop strings -> callbacks -> scheduler.update
 //
 // HTTP threads tokenize and render chat templates (tokenizer() and chat_template() are
