@@ -75,19 +75,19 @@ Weights write_gemma3(const Spec& s, const std::string& path) {
   if (s.softcap > 0) w.add_f32(key("final_logit_softcapping"), s.softcap);
   w.add_f32(key("attention.layer_norm_rms_epsilon"), s.eps);
 
-  Rng rng(s.seed);
+  // Values from the model maker's generator (models/make_model.h), F32.
+  ThreadPool pool(1);
+  size_t index = 0;
   Weights ws;
   auto add = [&](const std::string& name, int64_t n_cols, int64_t n_rows, float scale, float offset) {
     if (s.skip_tensors.count(name)) return;
-    std::vector<int64_t> ne = n_rows > 1 ? std::vector<int64_t>{n_cols, n_rows} : std::vector<int64_t>{n_cols};
-    if (auto it = s.reshape.find(name); it != s.reshape.end()) ne = it->second;
-    int64_t n = 1;
-    for (auto e : ne) n *= e;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = offset + scale * rng.normal();
-    std::vector<uint8_t> bytes(v.size() * 4);
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    w.add_tensor(name, DType::F32, ne, std::move(bytes));
+    TensorSpec t{name, n_rows > 1 ? std::vector<int64_t>{n_cols, n_rows} : std::vector<int64_t>{n_cols},
+                         DType::F32, offset, scale};
+    if (auto it = s.reshape.find(name); it != s.reshape.end()) t.ne = it->second;
+    std::vector<uint8_t> bytes = generate_tensor(t, tensor_seed(s.seed, index++), pool);
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    w.add_tensor(name, DType::F32, t.ne, std::move(bytes));
     ws[name] = std::move(v);
   };
   const int hd = s.head_dim, nq = s.n_head * hd, nkv = s.n_head_kv * hd;

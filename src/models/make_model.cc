@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -94,20 +95,17 @@ inline float approx_normal(uint64_t r) {
   return float(2 * s - 262140) * (0.5f * kInvStd);
 }
 
-// One tensor to generate: values = mean + std * N(0, 1)-ish, stored as `type`.
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> ne;  // ne[0] is the row
-  DType type;
-  float mean;
-  float std;
-};
-
 constexpr int64_t kRowsPerChunk = 16;  // the unit of parallel work and of RNG streams
 
-// Generates and converts a tensor; chunks of rows are independent (own RNG stream), so the
-// bytes do not depend on how the pool splits them.
-std::vector<uint8_t> generate(const TensorSpec& t, uint64_t seed, ThreadPool& pool) {
+void add_vocab(gguf::Writer& w, const Vocab& v);
+
+}  // namespace
+
+uint64_t tensor_seed(uint64_t seed, size_t index) { return seed + index * 0x632BE59BD9B4E019ull; }
+
+// Chunks of rows are independent (own RNG stream), so the bytes do not depend on how the
+// pool splits them.
+std::vector<uint8_t> generate_tensor(const TensorSpec& t, uint64_t seed, ThreadPool& pool) {
   const int64_t n_cols = t.ne[0];
   int64_t n_rows = 1;
   for (size_t i = 1; i < t.ne.size(); ++i) n_rows *= t.ne[i];
@@ -148,6 +146,44 @@ std::vector<uint8_t> generate(const TensorSpec& t, uint64_t seed, ThreadPool& po
   });
   return out;
 }
+
+std::vector<TensorSpec> decoder_tensors(const DecoderDims& d, const std::function<DType(Role, int64_t, int64_t)>& type_of) {
+  std::vector<TensorSpec> specs;
+  const int64_t n_q = d.n_head * d.head_dim, n_kv = d.n_head_kv * d.head_dim;
+  const auto weight = [&](std::string name, Role role, int64_t layer, int64_t n_in, int64_t n_out, float std) {
+    specs.push_back({std::move(name), {n_in, n_out}, type_of(role, layer, n_in), 0.0f, std});
+  };
+  const auto vec = [&](std::string name, int64_t n, float mean, float std) {
+    specs.push_back({std::move(name), {n}, DType::F32, mean, std});
+  };
+  weight(nm::kTokenEmbd, Role::kTokenEmbd, 0, d.n_embd, d.n_vocab, d.embd_std);
+  for (int il = 0; il < int(d.n_layer); ++il) {
+    const auto n = [il](const char* fmt) { return nm::tensor(fmt, il); };
+    vec(n(nm::kAttnNorm), d.n_embd, 1.0f, 0.1f);
+    weight(n(nm::kAttnQ), Role::kAttnQ, il, d.n_embd, n_q, 1.0f / std::sqrt(float(d.n_embd)));
+    weight(n(nm::kAttnK), Role::kAttnK, il, d.n_embd, n_kv, 1.0f / std::sqrt(float(d.n_embd)));
+    weight(n(nm::kAttnV), Role::kAttnV, il, d.n_embd, n_kv, 1.0f / std::sqrt(float(d.n_embd)));
+    if (d.qkv_bias) {
+      vec(n(nm::kAttnQBias), n_q, 0.0f, 0.2f);
+      vec(n(nm::kAttnKBias), n_kv, 0.0f, 0.2f);
+      vec(n(nm::kAttnVBias), n_kv, 0.0f, 0.2f);
+    }
+    if (d.qk_norm) {
+      vec(n(nm::kAttnQNorm), d.head_dim, 1.0f, 0.1f);
+      vec(n(nm::kAttnKNorm), d.head_dim, 1.0f, 0.1f);
+    }
+    weight(n(nm::kAttnOut), Role::kAttnOut, il, n_q, d.n_embd, 1.0f / std::sqrt(float(n_q)));
+    vec(n(nm::kFfnNorm), d.n_embd, 1.0f, 0.1f);
+    weight(n(nm::kFfnGate), Role::kFfnGate, il, d.n_embd, d.n_ff, 1.0f / std::sqrt(float(d.n_embd)));
+    weight(n(nm::kFfnUp), Role::kFfnUp, il, d.n_embd, d.n_ff, 1.0f / std::sqrt(float(d.n_embd)));
+    weight(n(nm::kFfnDown), Role::kFfnDown, il, d.n_ff, d.n_embd, 1.0f / std::sqrt(float(d.n_ff)));
+  }
+  vec(nm::kOutputNorm, d.n_embd, 1.0f, 0.1f);
+  if (!d.tied) weight(nm::kOutput, Role::kOutput, 0, d.n_embd, d.n_vocab, d.output_std);
+  return specs;
+}
+
+namespace {
 
 void add_vocab(gguf::Writer& w, const Vocab& v) {
   w.add_string("tokenizer.ggml.model", v.model);
@@ -229,49 +265,21 @@ Status make_model(const MakeModelOptions& opts, const std::string& path) {
   if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0)
     return invalid_argument("shape '" + std::string(s.name) + "': heads do not divide the embedding");
   const int64_t head_dim = s.n_embd / s.n_head;
-  const int64_t n_q = s.n_head * head_dim, n_kv = s.n_head_kv * head_dim;
   const std::string arch = ai.name;
 
   Result<Vocab> vocab = ai.bpe_vocab ? make_bpe_vocab(s.n_vocab) : make_spm_vocab(s.n_vocab);
   if (!vocab.is_ok()) return vocab.status();
 
   // --- tensors, in the order llama.cpp's converters write them ---
-  std::vector<TensorSpec> specs;
-  const auto weight = [&](std::string name, Role role, int64_t layer, int64_t n_in, int64_t n_out, float std) {
-    const DType t = weight_type(opts.type, role, layer, s.n_layer, n_in, ai.tied);
-    specs.push_back({std::move(name), {n_in, n_out}, t, 0.0f, std});
-  };
-  const auto vec = [&](std::string name, int64_t n, float mean, float std) {
-    specs.push_back({std::move(name), {n}, DType::F32, mean, std});
-  };
   // Scales keep activations near unit variance: 1/sqrt(fan_in) for projections, so
   // attention scores are ~N(0, 1); the embedding/output scale gives logits with a standard
   // deviation of about 2, far from uniform but without saturating the softmax.
-  const float embd_std = 2.0f / std::sqrt(float(s.n_embd));
-  weight(nm::kTokenEmbd, Role::kTokenEmbd, 0, s.n_embd, s.n_vocab, embd_std);
-  for (int il = 0; il < int(s.n_layer); ++il) {
-    const auto n = [il](const char* fmt) { return nm::tensor(fmt, il); };
-    vec(n(nm::kAttnNorm), s.n_embd, 1.0f, 0.1f);
-    weight(n(nm::kAttnQ), Role::kAttnQ, il, s.n_embd, n_q, 1.0f / std::sqrt(float(s.n_embd)));
-    weight(n(nm::kAttnK), Role::kAttnK, il, s.n_embd, n_kv, 1.0f / std::sqrt(float(s.n_embd)));
-    weight(n(nm::kAttnV), Role::kAttnV, il, s.n_embd, n_kv, 1.0f / std::sqrt(float(s.n_embd)));
-    if (ai.qkv_bias) {
-      vec(n(nm::kAttnQBias), n_q, 0.0f, 0.2f);
-      vec(n(nm::kAttnKBias), n_kv, 0.0f, 0.2f);
-      vec(n(nm::kAttnVBias), n_kv, 0.0f, 0.2f);
-    }
-    if (ai.qk_norm) {
-      vec(n(nm::kAttnQNorm), head_dim, 1.0f, 0.1f);
-      vec(n(nm::kAttnKNorm), head_dim, 1.0f, 0.1f);
-    }
-    weight(n(nm::kAttnOut), Role::kAttnOut, il, n_q, s.n_embd, 1.0f / std::sqrt(float(n_q)));
-    vec(n(nm::kFfnNorm), s.n_embd, 1.0f, 0.1f);
-    weight(n(nm::kFfnGate), Role::kFfnGate, il, s.n_embd, s.n_ff, 1.0f / std::sqrt(float(s.n_embd)));
-    weight(n(nm::kFfnUp), Role::kFfnUp, il, s.n_embd, s.n_ff, 1.0f / std::sqrt(float(s.n_embd)));
-    weight(n(nm::kFfnDown), Role::kFfnDown, il, s.n_ff, s.n_embd, 1.0f / std::sqrt(float(s.n_ff)));
-  }
-  vec(nm::kOutputNorm, s.n_embd, 1.0f, 0.1f);
-  if (!ai.tied) weight(nm::kOutput, Role::kOutput, 0, s.n_embd, s.n_vocab, embd_std);
+  const DecoderDims dims{s.n_embd,  s.n_layer,   s.n_head,   s.n_head_kv, head_dim,
+                         s.n_ff,    s.n_vocab,   ai.tied,    ai.qkv_bias, ai.qk_norm,
+                         2.0f / std::sqrt(float(s.n_embd)), 2.0f / std::sqrt(float(s.n_embd))};
+  const std::vector<TensorSpec> specs = decoder_tensors(dims, [&](Role role, int64_t layer, int64_t n_cols) {
+    return weight_type(opts.type, role, layer, s.n_layer, n_cols, ai.tied);
+  });
 
   for (const auto& t : specs)
     if (t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16 && !kernels::is_supported(t.type))
@@ -314,7 +322,7 @@ Status make_model(const MakeModelOptions& opts, const std::string& path) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& t = specs[i];
     // Distinct streams per tensor: the name hash and its index both go into the seed.
-    std::vector<uint8_t> data = generate(t, opts.seed + i * 0x632BE59BD9B4E019ull, pool);
+    std::vector<uint8_t> data = generate_tensor(t, tensor_seed(opts.seed, i), pool);
     n_bytes += data.size();
     ++type_counts[dtype_name(t.type)];
     w.add_tensor(t.name, t.type, t.ne, std::move(data));

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "core/utf8.h"
+
 namespace ts::tok {
 namespace {
 
@@ -24,23 +26,13 @@ bool py_is_space(char32_t c) {
          c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// Decodes the UTF-8 character at s[i]; returns its length, or 0 when it is not valid
-// (invalid bytes never count as whitespace).
+// The character at s[i] (core/utf8.h): its length, or 0 when the bytes there are not a
+// well-formed character (invalid bytes never count as whitespace).
 size_t decode_utf8(std::string_view s, size_t i, char32_t& cp) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  size_t n;
-  if (c < 0x80) { cp = c; return 1; }
-  if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
-  else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
-  else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  return n;
+  const utf8::Step st = utf8::scan(s, i);
+  if (st.status != utf8::Scan::kOk) return 0;
+  cp = char32_t(st.cp);
+  return st.len;
 }
 
 // str.strip(): Unicode whitespace off both ends.

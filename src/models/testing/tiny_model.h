@@ -1,4 +1,5 @@
-// Tiny random-weight GGUF models for the models tests, plus an independent reference
+// Tiny random-weight GGUF models for the models tests (their tensors made by the model
+// maker, models/make_model.h, with dimensions and breakage of the test's choosing), plus an independent reference
 // forward pass in double (written from the architecture descriptions, sharing no code
 // with the engine) to check llama/qwen2/qwen3 numerics end to end; and the loading and
 // token helpers the models tests share.
@@ -14,9 +15,11 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "engine/model.h"
 #include "gguf/gguf.h"
 #include "kernels/traits.h"
+#include "models/make_model.h"
 
 namespace ts::models::testing {
 
@@ -38,19 +41,6 @@ struct TinySpec {
 using Weights = std::map<std::string, std::vector<float>>;
 
 inline int hd_of(const TinySpec& s) { return s.head_dim ? s.head_dim : s.n_embd / s.n_head; }
-
-inline std::vector<uint8_t> encode(DType t, const std::vector<float>& v, int64_t n_cols) {
-  if (t == DType::F32) {
-    std::vector<uint8_t> b(v.size() * 4);
-    std::memcpy(b.data(), v.data(), b.size());
-    return b;
-  }
-  const int64_t rows = int64_t(v.size()) / n_cols;
-  const int64_t rb = kernels::row_bytes(t, n_cols);
-  std::vector<uint8_t> b(size_t(rows * rb));
-  for (int64_t r = 0; r < rows; ++r) kernels::traits(t).from_float(v.data() + r * n_cols, b.data() + r * rb, n_cols);
-  return b;
-}
 
 inline std::vector<float> decode(DType t, const std::vector<uint8_t>& b, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -83,57 +73,30 @@ inline Weights write_tiny(const TinySpec& s, const std::string& path) {
   if (!s.skip_keys.count(key("rope.freq_base"))) w.add_f32(key("rope.freq_base"), s.rope_base);
   if (!s.skip_keys.count(key("attention.layer_norm_rms_epsilon"))) w.add_f32(key("attention.layer_norm_rms_epsilon"), s.eps);
 
-  Rng rng(s.seed);
+  // The tensors and their values come from the model maker (models/make_model.h), with
+  // this spec's dimensions; then the spec's breakage (skipped, reshaped, retyped tensors).
+  const int hd = hd_of(s);
+  const DecoderDims dims{s.n_embd, s.n_layer, s.n_head, s.n_head_kv, hd, s.n_ff, s.n_vocab, s.tied, s.qkv_bias,
+                         s.qk_norm, 1.0f, 1.0f / std::sqrt(float(s.n_embd))};
+  const std::vector<TensorSpec> specs = decoder_tensors(dims, [&](Role, int64_t, int64_t) { return s.wtype; });
+  ThreadPool pool(1);
   Weights ws;
-  const int hd = hd_of(s), nq = s.n_head * hd, nkv = s.n_head_kv * hd;
-  auto add = [&](const std::string& name, int64_t n_cols, int64_t n_rows, float scale, float offset, bool matrix) {
-    if (s.skip_tensors.count(name)) return;
-    std::vector<float> v(static_cast<size_t>(n_cols * n_rows));
-    for (auto& x : v) x = offset + scale * rng.normal();
-    DType t = matrix ? s.wtype : DType::F32;
-    if (auto it = s.retype.find(name); it != s.retype.end()) t = it->second;
-    std::vector<int64_t> ne = n_rows > 1 || matrix ? std::vector<int64_t>{n_cols, n_rows} : std::vector<int64_t>{n_cols};
-    if (auto it = s.reshape.find(name); it != s.reshape.end()) {
-      ne = it->second;
-      int64_t n = 1;
-      for (auto e : ne) n *= e;
-      v.resize(size_t(n), 0.5f);
-      n_cols = ne[0];
-    }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    TensorSpec t = specs[i];
+    if (s.skip_tensors.count(t.name)) continue;
+    if (auto it = s.retype.find(t.name); it != s.retype.end()) t.type = it->second;
+    if (auto it = s.reshape.find(t.name); it != s.reshape.end()) t.ne = it->second;
+    int64_t n = 1;
+    for (int64_t e : t.ne) n *= e;
     std::vector<uint8_t> bytes;
-    if (t == DType::F32 || kernels::is_supported(t)) {
-      bytes = encode(t, v, n_cols);
-      ws[name] = decode(t, bytes, int64_t(v.size()));
+    if (t.type == DType::F32 || kernels::is_supported(t.type)) {
+      bytes = generate_tensor(t, tensor_seed(s.seed, i), pool);
+      ws[t.name] = decode(t.type, bytes, n);
     } else {  // a type without kernels: any bytes of the right size
-      const auto layout = dtype_layout(uint32_t(t));
-      bytes.assign(size_t(dtype_row_bytes(*layout, uint64_t(n_cols)) * (v.size() / size_t(n_cols))), 0);
+      const auto layout = dtype_layout(uint32_t(t.type));
+      bytes.assign(size_t(dtype_row_bytes(*layout, uint64_t(t.ne[0])) * uint64_t(n / t.ne[0])), 0);
     }
-    w.add_tensor(name, t, ne, std::move(bytes));
-  };
-  const float ws_in = 1.0f / std::sqrt(float(s.n_embd));
-  add("token_embd.weight", s.n_embd, s.n_vocab, 1.0f, 0.0f, true);
-  add("output_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
-  if (!s.tied) add("output.weight", s.n_embd, s.n_vocab, ws_in, 0.0f, true);
-  for (int l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
-    add(p + "attn_q.weight", s.n_embd, nq, ws_in, 0.0f, true);
-    add(p + "attn_k.weight", s.n_embd, nkv, ws_in, 0.0f, true);
-    add(p + "attn_v.weight", s.n_embd, nkv, ws_in, 0.0f, true);
-    add(p + "attn_output.weight", nq, s.n_embd, 1.0f / std::sqrt(float(nq)), 0.0f, true);
-    if (s.qkv_bias) {
-      add(p + "attn_q.bias", nq, 1, 0.2f, 0.0f, false);
-      add(p + "attn_k.bias", nkv, 1, 0.2f, 0.0f, false);
-      add(p + "attn_v.bias", nkv, 1, 0.2f, 0.0f, false);
-    }
-    if (s.qk_norm) {
-      add(p + "attn_q_norm.weight", hd, 1, 0.1f, 1.0f, false);
-      add(p + "attn_k_norm.weight", hd, 1, 0.1f, 1.0f, false);
-    }
-    add(p + "ffn_norm.weight", s.n_embd, 1, 0.1f, 1.0f, false);
-    add(p + "ffn_gate.weight", s.n_embd, s.n_ff, ws_in, 0.0f, true);
-    add(p + "ffn_up.weight", s.n_embd, s.n_ff, ws_in, 0.0f, true);
-    add(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(float(s.n_ff)), 0.0f, true);
+    w.add_tensor(t.name, t.type, t.ne, std::move(bytes));
   }
   const Status st = w.write(path);
   (void)st;

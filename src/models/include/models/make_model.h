@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace ts::models {
 
@@ -99,5 +101,33 @@ struct MakeModelOptions {
 // Writes the model to `path`. Errors: kInvalidArgument (a shape the type cannot hold),
 // kIo (the file).
 Status make_model(const MakeModelOptions& opts, const std::string& path);
+
+// --- the parts make_model is made of, for writers of other files (the models tests'
+// tiny models, with dimensions no Shape has and the broken files the loader must refuse).
+
+// One tensor to generate: values = mean + std * N(0, 1)-ish, stored as `type`.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> ne;  // ne[0] is the row
+  DType type;
+  float mean;
+  float std;
+};
+
+struct DecoderDims {
+  int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+  bool tied, qkv_bias, qk_norm;
+  float embd_std;    // the token embedding's standard deviation
+  float output_std;  // the output matrix's (when not tied)
+};
+
+// The tensors of a llama-family decoder, in the order llama.cpp's converters write them;
+// type_of(role, layer, row length) gives each 2-D weight's type.
+std::vector<TensorSpec> decoder_tensors(const DecoderDims& d, const std::function<DType(Role, int64_t, int64_t)>& type_of);
+// The seed of tensor `index` of a model made with `seed`.
+uint64_t tensor_seed(uint64_t seed, size_t index);
+// A tensor's bytes, deterministic in (t, seed) whatever the pool's size. t.type must be
+// F32, F16, BF16 or a type with a reference quantizer.
+std::vector<uint8_t> generate_tensor(const TensorSpec& t, uint64_t seed, ThreadPool& pool);
 
 }  // namespace ts::models
