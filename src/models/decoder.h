@@ -5,6 +5,7 @@
 // Private to the models library.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,5 +87,44 @@ void for_tokens(ThreadPool& pool, int64_t n, const F& fn) {
 // front (their queries and residuals; ws.rows maps them to their tokens). Returns the new
 // row count.
 int64_t keep_out_rows(const engine::ForwardBatch& batch, Workspace& ws, int64_t nq, int64_t d);
+
+// --- attention batching, shared by the families ------------------------------------------
+// A layer's attention is cut into units: rows [row_begin, row_end) of one sequence
+// (compacted rows: ws.rows maps them to tokens) with query heads [head_begin, head_end) of
+// each kv head in [kv_begin, kv_end). Each family builds its units (llama: long runs by
+// rows, short ones by kv heads; gemma3: windows of local layers) and runs each with its
+// kernel call; the cutting into runs of one sequence and the threads are here.
+struct AttnUnit {
+  int32_t row_begin, row_end, kv_begin, kv_end, head_begin, head_end;
+  int64_t window_begin = 0;  // > 0: a local layer's rows past their window (gemma3)
+};
+
+// Calls fn(row_begin, row_end) for each run of consecutive rows of one sequence.
+template <typename F>
+void for_seq_runs(const engine::ForwardBatch& batch, const Workspace& ws, int64_t n, const F& fn) {
+  auto seq_of = [&](int64_t i) { return batch.seq[size_t(ws.rows[size_t(i)])]; };
+  for (int64_t i = 0; i < n;) {
+    int64_t e = i + 1;
+    while (e < n && seq_of(e) == seq_of(i)) ++e;
+    fn(i, e);
+    i = e;
+  }
+}
+
+// Runs fn(thread, unit) for every unit: threads claim units one at a time (units differ in
+// length, sequences being of different lengths, and a thread that loses its core for a
+// while does not hold back the others); on the calling thread alone when the layer reads
+// fewer than engine::kMinParallelBytes of KV. Units are independent: which thread runs
+// one changes no bit.
+template <typename F>
+void run_attn_units(ThreadPool& pool, int64_t kv_bytes, const std::vector<AttnUnit>& units, const F& fn) {
+  const int64_t n_units = int64_t(units.size());
+  std::atomic<int64_t> next{0};
+  engine::run_sized(pool, kv_bytes, [&](int ith, int) {
+    for (int64_t u = next.fetch_add(1, std::memory_order_relaxed); u < n_units;
+         u = next.fetch_add(1, std::memory_order_relaxed))
+      fn(ith, units[size_t(u)]);
+  });
+}
 
 }  // namespace ts::models::decoder

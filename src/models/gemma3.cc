@@ -122,15 +122,10 @@ namespace {
 struct Gemma3Workspace final : decoder::Workspace {
   std::vector<float> cs_global; // [T, n_rot] rope cos/sin of the global layers
   std::vector<float> cs_local;  // [T, n_rot] ... of the local layers
-  // Attention work of one layer: rows [row_begin, row_end) of one sequence with the query
-  // heads of kv head `kv_head`; window_begin > 0: rows at consecutive positions past a
-  // local layer's window, window_begin the first row's window start.
-  struct Unit {
-    int32_t row_begin, row_end, kv_head;
-    int32_t head_begin, head_end;  // the query heads of kv_head it runs: [begin, end) of the group
-    int64_t window_begin;
-  };
-  std::vector<Unit> units;             // rebuilt per layer (capacity reserved)
+  // Attention work of one layer: one kv head per unit; window_begin > 0: rows at
+  // consecutive positions past a local layer's window, window_begin the first row's
+  // window start.
+  std::vector<decoder::AttnUnit> units;  // rebuilt per layer (capacity reserved)
   std::vector<int32_t> window_cells;   // per thread: the cells of a unit's windows (their union)
   int64_t window_stride = 0;
 };
@@ -248,19 +243,20 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine
       };
       ws.units.clear();
       int64_t kv_rows = 0;
-      for (int64_t i = 0; i < n;) {
-        const int32_t sq = batch.seq[size_t(ws.rows[size_t(i)])];
-        const int64_t wb = window_begin(i);
-        auto pos_of = [&](int64_t row) { return int64_t(batch.positions[size_t(ws.rows[size_t(row)])]); };
-        int64_t e = i + 1;
-        while (e < n && e - i < rows_per_unit && batch.seq[size_t(ws.rows[size_t(e)])] == sq &&
-               (wb == 0 ? window_begin(e) == 0 : window_begin(e) > 0 && pos_of(e) == pos_of(e - 1) + 1))
-          ++e;
-        for (int64_t g = 0; g < n_head_kv; ++g)
-          ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), 0, int32_t(group), wb});
-        kv_rows += int64_t(batch.positions[size_t(ws.rows[size_t(e - 1)])]) + 1 - wb;
-        i = e;
-      }
+      auto pos_of = [&](int64_t row) { return int64_t(batch.positions[size_t(ws.rows[size_t(row)])]); };
+      decoder::for_seq_runs(batch, ws, n, [&](int64_t run_begin, int64_t run_end) {
+        for (int64_t i = run_begin; i < run_end;) {
+          const int64_t wb = window_begin(i);
+          int64_t e = i + 1;
+          while (e < run_end && e - i < rows_per_unit &&
+                 (wb == 0 ? window_begin(e) == 0 : window_begin(e) > 0 && pos_of(e) == pos_of(e - 1) + 1))
+            ++e;
+          for (int64_t g = 0; g < n_head_kv; ++g)
+            ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), int32_t(g + 1), 0, int32_t(group), wb});
+          kv_rows += pos_of(e - 1) + 1 - wb;
+          i = e;
+        }
+      });
       const int64_t kv_bytes = kv_rows * n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
       // Fewer units than threads (decode: one per kv head): the query heads of a unit are
       // split between threads. Every query's result is independent of the others in its
@@ -272,7 +268,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine
         const int64_t parts = std::min<int64_t>(group, (nth_pool + n_whole - 1) / n_whole);
         for (int64_t u = 0; u < n_whole; ++u) {
           for (int64_t k = 1; k < parts; ++k) {
-            Gemma3Workspace::Unit part = ws.units[size_t(u)];
+            decoder::AttnUnit part = ws.units[size_t(u)];
             part.head_begin = int32_t(group * k / parts);
             part.head_end = int32_t(group * (k + 1) / parts);
             ws.units.push_back(part);
@@ -280,15 +276,13 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine
           ws.units[size_t(u)].head_end = int32_t(group / parts);
         }
       }
-      const int64_t n_units = int64_t(ws.units.size());
-      engine::run_sized(pool, kv_bytes, [&](int ith, int nth) {
+      decoder::run_attn_units(pool, kv_bytes, ws.units, [&](int ith, const decoder::AttnUnit& un) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
         int32_t* cells = ws.window_cells.data() + ith * ws.window_stride;
         const float* qs[ops::kMaxGroupQueries];
         float* outs[ops::kMaxGroupQueries];
         int64_t n_kv[ops::kMaxGroupQueries], kv_begin[ops::kMaxGroupQueries];
-        for (int64_t u = ith; u < n_units; u += nth) {
-          const Gemma3Workspace::Unit& un = ws.units[size_t(u)];
+        {
           const ops::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
           // A window unit's table of cells starts at a multiple of kAttnTile, so that the
           // tiles of kTiledF32 sit at the same absolute positions however rows are grouped.
@@ -296,7 +290,7 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine
           int n_q = 0;
           for (int64_t i = un.row_begin; i < un.row_end; ++i) {
             const int64_t pos = batch.positions[size_t(ws.rows[size_t(i)])];
-            for (int64_t h = un.kv_head * group + un.head_begin; h < un.kv_head * group + un.head_end; ++h) {
+            for (int64_t h = un.kv_begin * group + un.head_begin; h < un.kv_begin * group + un.head_end; ++h) {
               qs[n_q] = ws.q.data() + i * nq + h * hd;
               outs[n_q] = ws.attn.data() + i * nq + h * hd;
               n_kv[n_q] = pos + 1 - table_begin;
@@ -305,13 +299,13 @@ bool Gemma3::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, engine
             }
           }
           if (un.window_begin == 0) {
-            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), sv, 1.0f, outs, scratch,
+            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_begin), sv, 1.0f, outs, scratch,
                                           attn_numerics_);
           } else {
             const int64_t n_win = n_kv[n_q - 1];  // the last row's: the union of the windows
             for (int64_t p = 0; p < n_win; ++p) cells[p] = int32_t(sv.cell(table_begin + p));
             const ops::KvSeqView win{std::span<const int32_t>(cells, size_t(n_win)), 1};
-            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_head), win, 1.0f, outs, scratch,
+            ops::attention_group(qs, n_kv, n_q, kv, l, int(un.kv_begin), win, 1.0f, outs, scratch,
                                           attn_numerics_, kv_begin);
           }
         }

@@ -76,10 +76,7 @@ namespace {
 
 struct LlamaWorkspace final : decoder::Workspace {
   std::vector<float> cs;  // [T, n_rot] rope cos/sin
-  struct Unit {
-    int32_t row_begin, row_end, kv_head_begin, kv_head_end;
-  };
-  std::vector<Unit> units;  // attention work, rebuilt per layer (capacity reserved)
+  std::vector<decoder::AttnUnit> units;  // attention work, rebuilt per layer (capacity reserved)
 };
 
 }  // namespace
@@ -167,20 +164,16 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, e
     {
       const int64_t group = n_head / n_head_kv;
       const int64_t rows_per_unit = std::max<int64_t>(1, ops::kMaxGroupQueries / group);
-      auto seq_of = [&](int64_t i) { return batch.seq[size_t(ws.rows[size_t(i)])]; };
       auto pos_of = [&](int64_t i) { return int64_t(batch.positions[size_t(ws.rows[size_t(i)])]); };
       int64_t kv_bytes = 0, n_short = 0;
-      for (int64_t i = 0; i < n;) {
-        int64_t e = i + 1;
-        while (e < n && seq_of(e) == seq_of(i)) ++e;
+      decoder::for_seq_runs(batch, ws, n, [&](int64_t i, int64_t e) {
         if (e - i < rows_per_unit) {
           kv_bytes += pos_of(e - 1) + 1;
           ++n_short;
         } else {
           for (int64_t b = i; b < e; b += rows_per_unit) kv_bytes += pos_of(std::min(e, b + rows_per_unit) - 1) + 1;
         }
-        i = e;
-      }
+      });
       kv_bytes *= n_head_kv * hd * 2 * int64_t(sizeof(uint16_t));
       const int64_t nth = kv_bytes < engine::kMinParallelBytes ? 1 : pool.n_threads();
       // Pieces per short run: its kv heads are split between threads only when each serves
@@ -192,41 +185,29 @@ bool LlamaFamily::forward(const engine::ForwardBatch& batch, ops::KvCache& kv, e
       const int64_t pieces =
           group < 2 ? 1 : std::clamp<int64_t>(n_short > 0 ? (nth + n_short - 1) / n_short : 1, 1, n_head_kv);
       ws.units.clear();
-      for (int64_t i = 0; i < n;) {
-        int64_t e = i + 1;
-        while (e < n && seq_of(e) == seq_of(i)) ++e;
+      const int32_t all = int32_t(group);
+      decoder::for_seq_runs(batch, ws, n, [&](int64_t i, int64_t e) {
         if (e - i < rows_per_unit) {
           const int64_t cap = std::max<int64_t>(1, ops::kMaxSeqQueries / ((e - i) * group));
           const int64_t per = std::min(cap, (n_head_kv + pieces - 1) / pieces);
           for (int64_t g = 0; g < n_head_kv; g += per)
-            ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), int32_t(std::min(n_head_kv, g + per))});
+            ws.units.push_back({int32_t(i), int32_t(e), int32_t(g), int32_t(std::min(n_head_kv, g + per)), 0, all});
         } else {
           for (int64_t b = i; b < e; b += rows_per_unit)
             for (int64_t g = 0; g < n_head_kv; ++g)
-              ws.units.push_back({int32_t(b), int32_t(std::min(e, b + rows_per_unit)), int32_t(g), int32_t(g + 1)});
+              ws.units.push_back({int32_t(b), int32_t(std::min(e, b + rows_per_unit)), int32_t(g), int32_t(g + 1), 0, all});
         }
-        i = e;
-      }
-      // Threads claim units one at a time: units differ in length (sequences of different
-      // lengths), and a thread that loses its core for a while (other processes) does not
-      // hold back the others.
-      const int64_t n_units = int64_t(ws.units.size());
-      std::atomic<int64_t> next_unit{0};
-      engine::run_sized(pool, kv_bytes, [&](int ith, int) {
+      });
+      decoder::run_attn_units(pool, kv_bytes, ws.units, [&](int ith, const decoder::AttnUnit& un) {
         uint16_t* scratch = ws.attn_scratch.data() + ith * ws.attn_scratch_stride;
         ops::AttnQuery qs[ops::kMaxSeqQueries];
-        for (int64_t u = next_unit.fetch_add(1, std::memory_order_relaxed); u < n_units;
-             u = next_unit.fetch_add(1, std::memory_order_relaxed)) {
-          const LlamaWorkspace::Unit& un = ws.units[size_t(u)];
-          int n_q = 0;
-          for (int64_t g = un.kv_head_begin; g < un.kv_head_end; ++g)
-            for (int64_t i = un.row_begin; i < un.row_end; ++i)
-              for (int64_t h = g * group; h < (g + 1) * group; ++h)
-                qs[n_q++] = {ws.q.data() + i * nq + h * hd, ws.attn.data() + i * nq + h * hd, pos_of(i) + 1,
-                             int32_t(g)};
-          const ops::KvSeqView& sv = batch.seqs[size_t(seq_of(un.row_begin))];
-          ops::attention_seq(qs, n_q, kv, l, sv, kq_scale, scratch, attn_numerics_);
-        }
+        int n_q = 0;
+        for (int64_t g = un.kv_begin; g < un.kv_end; ++g)
+          for (int64_t i = un.row_begin; i < un.row_end; ++i)
+            for (int64_t h = g * group + un.head_begin; h < g * group + un.head_end; ++h)
+              qs[n_q++] = {ws.q.data() + i * nq + h * hd, ws.attn.data() + i * nq + h * hd, pos_of(i) + 1, int32_t(g)};
+        const ops::KvSeqView& sv = batch.seqs[size_t(batch.seq[size_t(ws.rows[size_t(un.row_begin)])])];
+        ops::attention_seq(qs, n_q, kv, l, sv, kq_scale, scratch, attn_numerics_);
       });
     }
 
