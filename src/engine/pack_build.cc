@@ -1,4 +1,4 @@
-// Plan files: the writer and the build step (`tierserve build`). The reader is
+// Pack files: the writer and the build step (`tierserve build`). The reader is
 // pack_file.cc; the format is docs/pack_format.md.
 #include <fcntl.h>
 #include <unistd.h>
@@ -71,18 +71,18 @@ Status write_pack_file(const std::string& path, const gguf::File& src, std::span
     const gguf::TensorInfo* info = src.find_tensor(t.name);
     if (!info || info->data != t.view.data || info->type != t.view.type || info->ne[0] != t.view.n_cols ||
         info->n_rows() != t.view.n_rows)
-      return invalid_argument("plan tensor '" + t.name + "' is not a whole tensor of the source GGUF");
+      return invalid_argument("pack tensor '" + t.name + "' is not a whole tensor of the source GGUF");
     const int64_t nb = kernels::packed_bytes(t.view);
     if (nb <= 0 || !t.panels)
-      return invalid_argument("plan tensor '" + t.name + "' has no packed panels (type " + dtype_name(t.view.type) + ")");
-    if (t.name.empty() || t.name.size() > kMaxNameBytes) return invalid_argument("plan tensor name length");
+      return invalid_argument("pack tensor '" + t.name + "' has no packed panels (type " + dtype_name(t.view.type) + ")");
+    if (t.name.empty() || t.name.size() > kMaxNameBytes) return invalid_argument("pack tensor name length");
     items.push_back({&t, uint64_t(info->data - base), 0, uint64_t(nb), uint32_t(names.size())});
     names += t.name;
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.source_offset < b.source_offset; });
   for (size_t i = 1; i < items.size(); ++i)
     if (items[i].source_offset == items[i - 1].source_offset)
-      return invalid_argument("plan tensor '" + items[i].t->name + "' given twice");
+      return invalid_argument("pack tensor '" + items[i].t->name + "' given twice");
 
   const uint64_t n = items.size();
   const uint64_t table = kHeaderBytes;
@@ -129,7 +129,7 @@ Status write_pack_file(const std::string& path, const gguf::File& src, std::span
   if (!names.empty()) std::memcpy(head.data() + names_off, names.data(), names.size());
   TS_CHECK(reseal(std::span<uint8_t>(head)));  // the checksum covers header, table and names
 
-  // Per-process temporary name: two builds of one plan at once must not interleave.
+  // Per-process temporary name: two builds of one pack at once must not interleave.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) return io_error("cannot create " + tmp + ": " + std::strerror(errno));
@@ -162,18 +162,18 @@ Status write_pack_file(const std::string& path, const gguf::File& src, std::span
   return Status::ok();
 }
 
-Status verify_pack_panels(const PackFile& plan, const gguf::File& src, ThreadPool* pool) {
-  for (size_t i = 0; i < plan.entries().size(); ++i) {
-    const PackFile::Entry& e = plan.entries()[i];
+Status verify_pack_panels(const PackFile& pack, const gguf::File& src, ThreadPool* pool) {
+  for (size_t i = 0; i < pack.entries().size(); ++i) {
+    const PackFile::Entry& e = pack.entries()[i];
     const gguf::TensorInfo* t = src.find_tensor(e.name);
-    if (!t) return failed_precondition("plan tensor '" + e.name + "' is not in the model");
+    if (!t) return failed_precondition("pack tensor '" + e.name + "' is not in the model");
     const kernels::WeightView w{t->data, e.type, e.n_cols, e.n_rows};
     const kernels::PackedWeight mem = kernels::PackedWeight::pack(w, pool);
     const uint8_t* a = mem.panels();
-    const uint8_t* b = plan.panels(i);
+    const uint8_t* b = pack.panels(i);
     for (uint64_t k = 0; k < e.n_bytes; ++k)
       if (a[k] != b[k])
-        return data_loss("plan tensor '" + e.name + "': panel byte " + std::to_string(k) + " (file byte " +
+        return data_loss("pack tensor '" + e.name + "': panel byte " + std::to_string(k) + " (file byte " +
                          std::to_string(e.offset + k) + ") differs from packing the model's weights");
   }
   return Status::ok();
@@ -206,11 +206,11 @@ Result<BuildReport> build_pack_file(const std::string& model_path, const std::st
   r.write_ms = double(now_ns() - t1) * 1e-6;
   r.load_ms = double(t1 - t0) * 1e-6;
   // Read back through the validating reader: what we report is what the engine will see.
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<PackFile> plan, PackFile::open(r.pack_path, src));
-  r.plan_bytes = plan->file_bytes();
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<PackFile> pack, PackFile::open(r.pack_path, src));
+  r.pack_bytes = pack->file_bytes();
   r.source_bytes = src.bytes().size();
-  r.n_tensors = int64_t(plan->entries().size());
-  r.tensors = plan->entries();
+  r.n_tensors = int64_t(pack->entries().size());
+  r.tensors = pack->entries();
   for (const auto& e : r.tensors) r.panel_bytes += e.n_bytes;
   return r;
 }

@@ -1,4 +1,4 @@
-// Plan files: validation and look-up (reader side). The writer and the build step live in
+// Pack files: validation and look-up (reader side). The writer and the build step live in
 // pack_build.cc; the format is specified in docs/pack_format.md.
 #include <algorithm>
 #include <cstring>
@@ -28,7 +28,7 @@ uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 std::string at(uint64_t off) { return " at byte " + std::to_string(off); }
 
-Status bad(const std::string& what, uint64_t off) { return data_loss("plan " + what + at(off)); }
+Status bad(const std::string& what, uint64_t off) { return data_loss("pack " + what + at(off)); }
 
 }  // namespace
 
@@ -57,30 +57,30 @@ uint64_t hash_bytes(std::span<const uint8_t> bytes, uint64_t seed) {
 
 namespace {
 // Checksum over the header (less its checksum field), the table and the names.
-uint64_t checksum(std::span<const uint8_t> plan, uint64_t table_off, uint64_t table_bytes, uint64_t names_off,
+uint64_t checksum(std::span<const uint8_t> pack, uint64_t table_off, uint64_t table_bytes, uint64_t names_off,
                   uint64_t names_bytes) {
-  uint64_t h = hash_bytes(plan.subspan(0, kOffChecksum), 1);
-  h = hash_bytes(plan.subspan(table_off, table_bytes), h);
-  return hash_bytes(plan.subspan(names_off, names_bytes), h);
+  uint64_t h = hash_bytes(pack.subspan(0, kOffChecksum), 1);
+  h = hash_bytes(pack.subspan(table_off, table_bytes), h);
+  return hash_bytes(pack.subspan(names_off, names_bytes), h);
 }
 }  // namespace
 
-bool reseal(std::span<uint8_t> plan) {
-  if (plan.size() < kHeaderBytes) return false;
-  const uint64_t n = rd64(plan.data() + kOffNTensors);
-  const uint64_t table = rd64(plan.data() + kOffTableOffset);
-  const uint64_t names = rd64(plan.data() + kOffNamesOffset);
-  const uint64_t names_bytes = rd64(plan.data() + kOffNamesBytes);
-  if (n > kMaxTensors || table > plan.size() || n * kEntryBytes > plan.size() - table) return false;
-  if (names > plan.size() || names_bytes > plan.size() - names) return false;
-  const uint64_t c = checksum(plan, table, n * kEntryBytes, names, names_bytes);
-  std::memcpy(plan.data() + kOffChecksum, &c, 8);
+bool reseal(std::span<uint8_t> pack) {
+  if (pack.size() < kHeaderBytes) return false;
+  const uint64_t n = rd64(pack.data() + kOffNTensors);
+  const uint64_t table = rd64(pack.data() + kOffTableOffset);
+  const uint64_t names = rd64(pack.data() + kOffNamesOffset);
+  const uint64_t names_bytes = rd64(pack.data() + kOffNamesBytes);
+  if (n > kMaxTensors || table > pack.size() || n * kEntryBytes > pack.size() - table) return false;
+  if (names > pack.size() || names_bytes > pack.size() - names) return false;
+  const uint64_t c = checksum(pack, table, n * kEntryBytes, names, names_bytes);
+  std::memcpy(pack.data() + kOffChecksum, &c, 8);
   return true;
 }
 
 }  // namespace pack_format
 
-std::string default_pack_path(const std::string& model_path) { return model_path + ".tsplan"; }
+std::string default_pack_path(const std::string& model_path) { return model_path + ".tspack"; }
 
 SourceIdentity source_identity(const gguf::File& src) {
   SourceIdentity id;
@@ -125,19 +125,19 @@ Status PackFile::validate(const gguf::File& src) {
     return bad("header: file of " + std::to_string(size) + " bytes is shorter than the " +
                    std::to_string(kHeaderBytes) + "-byte header",
                0);
-  if (std::memcmp(b, kMagic, 8) != 0) return bad("magic: not a tierserve plan file", 0);
+  if (std::memcmp(b, kMagic, 8) != 0) return bad("magic: not a tierserve pack file", 0);
   // Stale before malformed: another version may lay out everything else differently.
   if (const uint32_t v = rd32(b + kOffVersion); v != kVersion)
-    return failed_precondition("plan format version " + std::to_string(v) + " (this build reads version " +
+    return failed_precondition("pack format version " + std::to_string(v) + " (this build reads version " +
                                std::to_string(kVersion) + ")" + at(kOffVersion));
   if (const uint32_t v = rd32(b + kOffLayoutVersion); v != kernels::kPanelLayoutVersion)
-    return failed_precondition("plan panel layout version " + std::to_string(v) + " (these kernels use " +
+    return failed_precondition("pack panel layout version " + std::to_string(v) + " (these kernels use " +
                                std::to_string(kernels::kPanelLayoutVersion) + ")" + at(kOffLayoutVersion));
   if (rd64(b + kOffLayoutFingerprint) != kernels::panel_layout_fingerprint())
-    return failed_precondition("plan panel layout fingerprint differs from these kernels' (built by other code)" +
+    return failed_precondition("pack panel layout fingerprint differs from these kernels' (built by other code)" +
                                at(kOffLayoutFingerprint));
   if (const uint64_t v = rd64(b + kOffPlanBytes); v != size)
-    return bad("header: plan_bytes = " + std::to_string(v) + " but the file has " + std::to_string(size) +
+    return bad("header: pack_bytes = " + std::to_string(v) + " but the file has " + std::to_string(size) +
                    " bytes (truncated or appended to)",
                kOffPlanBytes);
 
@@ -173,9 +173,9 @@ Status PackFile::validate(const gguf::File& src) {
   build_unix_s_ = rd64(b + kOffBuildTime);
 
   const SourceIdentity id = source_identity(src);
-  auto stale = [](const std::string& field, uint64_t plan_v, uint64_t gguf_v, uint64_t off) {
-    return failed_precondition("plan was built from another GGUF: " + field + " " + std::to_string(plan_v) +
-                               " in the plan, " + std::to_string(gguf_v) + " in the model" + at(off));
+  auto stale = [](const std::string& field, uint64_t pack_v, uint64_t gguf_v, uint64_t off) {
+    return failed_precondition("pack was built from another GGUF: " + field + " " + std::to_string(pack_v) +
+                               " in the pack, " + std::to_string(gguf_v) + " in the model" + at(off));
   };
   if (rd64(b + kOffSourceBytes) != id.file_bytes)
     return stale("file size", rd64(b + kOffSourceBytes), id.file_bytes, kOffSourceBytes);
@@ -242,10 +242,10 @@ Status PackFile::validate(const gguf::File& src) {
     // Bound to this GGUF: the tensor must be exactly the one the panels were packed from.
     const gguf::TensorInfo* t = src.find_tensor(en.name);
     if (!t)
-      return failed_precondition("plan " + whon + " is not in the model" + at(e + kEntName));
+      return failed_precondition("pack " + whon + " is not in the model" + at(e + kEntName));
     if (t->type != en.type || t->ne[0] != en.n_cols || t->n_rows() != en.n_rows || !t->data ||
         uint64_t(t->data - src_base_) != en.source_offset)
-      return failed_precondition("plan " + whon + " (" + dtype_name(en.type) + " " + std::to_string(en.n_rows) + " x " +
+      return failed_precondition("pack " + whon + " (" + dtype_name(en.type) + " " + std::to_string(en.n_rows) + " x " +
                                  std::to_string(en.n_cols) + " at source byte " + std::to_string(en.source_offset) +
                                  ") does not match the model's tensor (" + dtype_name(t->type) + " " +
                                  t->shape_string() + ")" + at(e));

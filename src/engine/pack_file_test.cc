@@ -1,4 +1,4 @@
-// Plan files: round trip against in-memory packing, and crafted bad plans (truncated, bad
+// Pack files: round trip against in-memory packing, and crafted bad pack files (truncated, bad
 // magic, stale versions, another source GGUF, overlapping or out-of-range tensors, every
 // prefix, every flipped header byte) each ending in a typed error, never a crash.
 #include "engine/pack_file.h"
@@ -63,7 +63,7 @@ struct Fixture : ::testing::Test {
   std::vector<uint8_t> gguf_bytes;
   std::unique_ptr<gguf::File> src;
   std::vector<kernels::PackedWeight> packed;
-  std::vector<uint8_t> plan;  // the plan image
+  std::vector<uint8_t> pack;  // the pack image
   std::string pack_path;
 
   static std::vector<uint8_t> make_gguf(const std::vector<Mat>& mats, uint32_t seed, const std::string& note) {
@@ -94,17 +94,17 @@ struct Fixture : ::testing::Test {
     std::vector<PackTensor> ts;
     for (const Mat& m : mats) packed.push_back(kernels::PackedWeight::pack(view(*src, m)));
     for (size_t i = 0; i < mats.size(); ++i) ts.push_back({mats[i].name, view(*src, mats[i]), packed[i].panels()});
-    pack_path = kWork + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".tsplan";
+    pack_path = kWork + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".tspack";
     ASSERT_TRUE(write_pack_file(pack_path, *src, ts).is_ok());
     std::ifstream in(pack_path, std::ios::binary);
-    plan.assign(std::istreambuf_iterator<char>(in), {});
+    pack.assign(std::istreambuf_iterator<char>(in), {});
   }
 
   Status parse(const std::vector<uint8_t>& bytes) const { return PackFile::parse(bytes, *src).status(); }
 
   uint64_t get64(uint64_t off) const {
     uint64_t v;
-    std::memcpy(&v, plan.data() + off, 8);
+    std::memcpy(&v, pack.data() + off, 8);
     return v;
   }
   static void set64(std::vector<uint8_t>& b, uint64_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); }
@@ -114,7 +114,7 @@ struct Fixture : ::testing::Test {
   // Edits a copy, reseals it (so only the intended check can fire) and parses it.
   template <typename F>
   Status edited(F&& edit, bool seal = true) const {
-    std::vector<uint8_t> b = plan;
+    std::vector<uint8_t> b = pack;
     edit(b);
     if (seal) reseal(b);
     return parse(b);
@@ -131,7 +131,7 @@ TEST_F(Fixture, RoundTripGivesThePanelsOfInMemoryPacking) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   PackFile& p = **r;
   ASSERT_EQ(p.entries().size(), mats.size());
-  EXPECT_EQ(p.file_bytes(), plan.size());
+  EXPECT_EQ(p.file_bytes(), pack.size());
   for (size_t i = 0; i < mats.size(); ++i) {
     const kernels::WeightView w = view(*src, mats[i]);
     const uint8_t* panels = p.find(w);
@@ -167,32 +167,32 @@ TEST_F(Fixture, RoundTripGivesThePanelsOfInMemoryPacking) {
 TEST_F(Fixture, RejectsTruncationAtEveryPrefix) {
   // Every prefix of the header, table and names, then a sample of longer ones.
   const uint64_t data = get64(kOffDataOffset);
-  for (uint64_t n = 0; n < plan.size(); n += (n < data + 64 ? 1 : 997)) {
-    std::vector<uint8_t> b(plan.begin(), plan.begin() + int64_t(n));
+  for (uint64_t n = 0; n < pack.size(); n += (n < data + 64 ? 1 : 997)) {
+    std::vector<uint8_t> b(pack.begin(), pack.begin() + int64_t(n));
     const Status st = parse(b);
     ASSERT_FALSE(st.is_ok()) << "prefix " << n;
     ASSERT_EQ(st.code(), StatusCode::kDataLoss) << st.to_string();
   }
-  expect_error(parse({plan.begin(), plan.end() - 1}), StatusCode::kDataLoss, "truncated");
-  std::vector<uint8_t> longer = plan;
+  expect_error(parse({pack.begin(), pack.end() - 1}), StatusCode::kDataLoss, "truncated");
+  std::vector<uint8_t> longer = pack;
   longer.push_back(0);
-  expect_error(parse(longer), StatusCode::kDataLoss, "plan_bytes");
+  expect_error(parse(longer), StatusCode::kDataLoss, "pack_bytes");
 }
 
 TEST_F(Fixture, RejectsEveryFlippedByteBeforeTheData) {
   // The checksum covers header, table and names; the panel data is not hashed (that would
-  // read the whole plan at every start) but every field describing it is checked.
+  // read the whole pack at every start) but every field describing it is checked.
   const uint64_t data = get64(kOffDataOffset);
   const uint64_t names_end = get64(kOffNamesOffset) + get64(kOffNamesBytes);
   for (uint64_t i = 0; i < names_end; ++i) {
-    std::vector<uint8_t> b = plan;
+    std::vector<uint8_t> b = pack;
     b[i] ^= 0x10;
     ASSERT_FALSE(parse(b).is_ok()) << "byte " << i;
   }
-  // Flipped and resealed: whatever the field, a typed error or a plan whose tensors still
+  // Flipped and resealed: whatever the field, a typed error or a pack whose tensors still
   // lie inside the file (the panels are then different numbers, as with any other file).
   for (uint64_t i = 0; i < names_end; ++i) {
-    std::vector<uint8_t> b = plan;
+    std::vector<uint8_t> b = pack;
     b[i] ^= 0x01;
     if (i < kOffChecksum || i >= kOffChecksum + 8) reseal(b);
     auto r = PackFile::parse(b, *src);
@@ -208,12 +208,12 @@ TEST_F(Fixture, RejectsEveryFlippedByteBeforeTheData) {
 
 TEST_F(Fixture, SurvivesRandomResealedMutations) {
   // A poor man's fuzzer over the described part: random bytes at random places, checksum
-  // recomputed so the field checks are reached. Never a crash; an accepted plan stays
+  // recomputed so the field checks are reached. Never a crash; an accepted pack stays
   // inside the file.
   std::mt19937 rng(7);
   const uint64_t names_end = get64(kOffNamesOffset) + get64(kOffNamesBytes);
   for (int iter = 0; iter < 3000; ++iter) {
-    std::vector<uint8_t> b = plan;
+    std::vector<uint8_t> b = pack;
     const int n = 1 + int(rng() % 8);
     for (int k = 0; k < n; ++k) b[rng() % names_end] = uint8_t(rng());
     reseal(b);
@@ -289,44 +289,44 @@ TEST_F(Fixture, RejectsAPlanBuiltFromAnotherGguf) {
   const std::vector<uint8_t> other_weights = make_gguf(mats, 2, "model");
   auto o1 = gguf::File::parse(other_weights);
   ASSERT_TRUE(o1.is_ok());
-  expect_error(PackFile::parse(plan, **o1).status(), StatusCode::kFailedPrecondition, "tensor data sample hash");
+  expect_error(PackFile::parse(pack, **o1).status(), StatusCode::kFailedPrecondition, "tensor data sample hash");
   // Other metadata of the same size: the header hash differs.
   const std::vector<uint8_t> other_meta = make_gguf(mats, 1, "modeX");
   auto o2 = gguf::File::parse(other_meta);
   ASSERT_TRUE(o2.is_ok());
-  expect_error(PackFile::parse(plan, **o2).status(), StatusCode::kFailedPrecondition, "header hash");
+  expect_error(PackFile::parse(pack, **o2).status(), StatusCode::kFailedPrecondition, "header hash");
   const std::vector<uint8_t> other_size = make_gguf(mats, 1, std::string(200, 'n'));
   auto o3 = gguf::File::parse(other_size);
   ASSERT_TRUE(o3.is_ok());
-  expect_error(PackFile::parse(plan, **o3).status(), StatusCode::kFailedPrecondition, "file size");
+  expect_error(PackFile::parse(pack, **o3).status(), StatusCode::kFailedPrecondition, "file size");
 }
 
 TEST_F(Fixture, OpenNamesThePathAndMissingFilesAreNotFound) {
-  EXPECT_EQ(PackFile::open(kWork + "/missing.tsplan", *src).status().code(), StatusCode::kNotFound);
-  const std::string bad = kWork + "/bad.tsplan";
-  std::ofstream(bad, std::ios::binary) << "not a plan";
-  expect_error(PackFile::open(bad, *src).status(), StatusCode::kDataLoss, bad + ": plan header");
-  EXPECT_EQ(default_pack_path("/x/m.gguf"), "/x/m.gguf.tsplan");
+  EXPECT_EQ(PackFile::open(kWork + "/missing.tspack", *src).status().code(), StatusCode::kNotFound);
+  const std::string bad = kWork + "/bad.tspack";
+  std::ofstream(bad, std::ios::binary) << "not a pack";
+  expect_error(PackFile::open(bad, *src).status(), StatusCode::kDataLoss, bad + ": pack header");
+  EXPECT_EQ(default_pack_path("/x/m.gguf"), "/x/m.gguf.tspack");
 }
 
 TEST_F(Fixture, WriterRejectsViewsThatAreNotWholeTensors) {
   kernels::WeightView w = view(*src, mats[0]);
   w.n_rows -= 1;
   const std::vector<PackTensor> ts = {{mats[0].name, w, packed[0].panels()}};
-  EXPECT_EQ(write_pack_file(kWork + "/w.tsplan", *src, ts).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_pack_file(kWork + "/w.tspack", *src, ts).code(), StatusCode::kInvalidArgument);
   const std::vector<PackTensor> twice = {{mats[0].name, view(*src, mats[0]), packed[0].panels()},
                                          {mats[0].name, view(*src, mats[0]), packed[0].panels()}};
-  EXPECT_EQ(write_pack_file(kWork + "/w.tsplan", *src, twice).code(), StatusCode::kInvalidArgument);
-  // An empty plan is valid (a model of float matrices has nothing to pack).
-  ASSERT_TRUE(write_pack_file(kWork + "/empty.tsplan", *src, {}).is_ok());
-  auto r = PackFile::open(kWork + "/empty.tsplan", *src);
+  EXPECT_EQ(write_pack_file(kWork + "/w.tspack", *src, twice).code(), StatusCode::kInvalidArgument);
+  // An empty pack is valid (a model of float matrices has nothing to pack).
+  ASSERT_TRUE(write_pack_file(kWork + "/empty.tspack", *src, {}).is_ok());
+  auto r = PackFile::open(kWork + "/empty.tspack", *src);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_TRUE((*r)->entries().empty());
 }
 
 TEST(PanelLayout, FingerprintIsPinnedToTheLayoutVersion) {
   // Changing the panel layout (src/kernels/panel.h, pack.cc) changes the fingerprint, which
-  // alone already keeps old plans from being used. This pin makes the change visible: bump
+  // alone already keeps old pack files from being used. This pin makes the change visible: bump
   // kernels::kPanelLayoutVersion, then update both values here.
   EXPECT_EQ(kernels::kPanelLayoutVersion, 1u);
   EXPECT_EQ(kernels::panel_layout_fingerprint(), 0xb06b86c3b11155feull)

@@ -121,7 +121,7 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
   if (root["listen"]) parse_listen(root["listen"], "listen", c.listen, 0);
   if (root["admin"]) parse_listen(root["admin"], "admin", c.admin, -1);
   if (const YAML::Node m = root["model"]) {
-    check_keys(m, "model", {"path", "threads", "flash_attn", "map_plan", "served_name", "system_prompt", "sampling"});
+    check_keys(m, "model", {"path", "threads", "flash_attn", "map_pack", "map_plan", "served_name", "system_prompt", "sampling"});
     if (m["system_prompt"]) c.model.system_prompt = get_str(m["system_prompt"], "model.system_prompt");
     if (const YAML::Node sm = m["sampling"]) {
       check_keys(sm, "model.sampling", {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"});
@@ -161,7 +161,9 @@ void parse_root(const YAML::Node& root, ServerConfig& c) {
       else
         fail("model.flash_attn", "expected true, false or tiled, got '" + fa + "'");
     }
-    if (m["map_plan"]) c.model.map_plan = get_bool(m["map_plan"], "model.map_plan");
+    if (m["map_pack"]) c.model.map_pack = get_bool(m["map_pack"], "model.map_pack");
+    // Its name while pack files were called plans: older configs keep working.
+    else if (m["map_plan"]) c.model.map_pack = get_bool(m["map_plan"], "model.map_plan");
   }
   if (const YAML::Node e = root["engine"]) {
     check_keys(e, "engine", {"kv_bytes", "block_size", "max_seq_len", "max_step_tokens", "prefix_cache"});
@@ -507,7 +509,7 @@ std::string to_yaml(const ServerConfig& c) {
       << YAML::Key << "port" << YAML::Value << c.admin.port << YAML::EndMap;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "path" << YAML::Value << c.model.path
       << YAML::Key << "threads" << YAML::Value << c.model.threads << YAML::Key << "flash_attn" << YAML::Value
-      << c.model.flash_attn << YAML::Key << "map_plan" << YAML::Value << c.model.map_plan;
+      << c.model.flash_attn << YAML::Key << "map_pack" << YAML::Value << c.model.map_pack;
   if (!c.model.served_names.empty()) {
     out << YAML::Key << "served_name" << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const auto& n : c.model.served_names) out << n;

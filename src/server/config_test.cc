@@ -53,12 +53,22 @@ TEST(ServerConfig, TheShippedDefaultFileParsesAndValidates) {
   EXPECT_EQ(c->speculative.max_ngram, ServerConfig{}.speculative.max_ngram);
 }
 
+// model.map_pack's name from before pack files were called so is still read.
+TEST(ServerConfig, MapPlanIsTheOldNameOfMapPack) {
+  auto c = parse_config("model: {path: /m.gguf, map_plan: true}\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->model.map_pack);
+  c = parse_config("model: {path: /m.gguf, map_plan: true, map_pack: false}\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_FALSE(c->model.map_pack);
+}
+
 TEST(ServerConfig, FullFile) {
   const std::string hash = sha256_hex("sk-test");
   const std::string y = R"(
 listen: {host: 0.0.0.0, port: 0}
 admin: {host: 127.0.0.1, port: 9090}
-model: {path: /m.gguf, threads: 3, flash_attn: false, map_plan: true}
+model: {path: /m.gguf, threads: 3, flash_attn: false, map_pack: true}
 engine: {kv_bytes: 1048576, block_size: 32, max_seq_len: 256, max_step_tokens: 128, prefix_cache: off}
 scheduling: fifo
 scheduler: {step_token_budget: 64, max_queued_requests_total: 10}
@@ -88,7 +98,7 @@ keys:
   EXPECT_EQ(c->admin.port, 9090);
   EXPECT_EQ(c->model.path, "/m.gguf");
   EXPECT_EQ(c->model.flash_attn, "off");
-  EXPECT_TRUE(c->model.map_plan);
+  EXPECT_TRUE(c->model.map_pack);
   EXPECT_EQ(c->engine.kv_bytes, 1048576u);
   EXPECT_FALSE(c->engine.prefix_cache);
   EXPECT_TRUE(c->fifo);

@@ -1,6 +1,6 @@
 // `tierserve run`: load a model, evaluate a prompt (one batched pass), sample tokens and
 // stream their text to stdout; finish with stderr lines of readiness (load + warm-up time,
-// resident memory, the plan file used) and performance accounting (prompt and decode
+// resident memory, the pack file used) and performance accounting (prompt and decode
 // tok/s, achieved GB/s against the machine's measured peak, the logits hash). --json
 // prints one JSON object instead of the stream.
 #include <CLI/CLI.hpp>
@@ -58,9 +58,9 @@ struct RunOptions {
   bool chat = false;
   std::string system;
   std::string chat_template;  // family name overriding detection
-  std::string plan;           // plan file (empty: MODEL.gguf.tsplan when present)
-  bool no_plan = false;
-  bool map_plan = false;
+  std::string pack;           // pack file (empty: MODEL.gguf.tspack when present)
+  bool no_pack = false;
+  bool map_pack = false;
   bool no_warmup = false;
 };
 
@@ -160,9 +160,9 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--chat-template", o.chat_template,
                  "chat template family instead of the detected one (gemma, llama3, chatml, qwen3, mistral, phi3)");
   app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
-  app.add_option("--plan", o.plan, "plan file from `tierserve build` (default: MODEL.gguf.tsplan when present)");
-  app.add_flag("--no-plan", o.no_plan, "pack the weights in memory even when a plan file exists");
-  app.add_flag("--map-plan", o.map_plan, "read the plan's panels from its mapping instead of copying them to 2 MiB pages");
+  app.add_option("--pack", o.pack, "pack file from `tierserve build` (default: MODEL.gguf.tspack when present)");
+  app.add_flag("--no-pack", o.no_pack, "pack the weights in memory even when a pack file exists");
+  app.add_flag("--map-pack", o.map_pack, "read the pack's panels from its mapping instead of copying them to 2 MiB pages");
   app.add_flag("--no-warmup", o.no_warmup, "skip the one-token warm-up pass before the prompt");
   try {
     app.parse(argc, argv);
@@ -195,13 +195,13 @@ int cmd_run(int argc, char** argv) {
       return fail("no -m given and the default " + std::string(o.chat ? "chat " : "") + "model " + o.model +
                   " is not installed: run scripts/setup-model.sh (or pass -m MODEL.gguf)");
   }
-  if (o.no_plan && !o.plan.empty()) return usage_error("--plan and --no-plan exclude each other");
+  if (o.no_pack && !o.pack.empty()) return usage_error("--pack and --no-pack exclude each other");
   models::register_all();
   const int64_t t_load = now_ns();
   engine::ModelOptions mo;
-  mo.pack_path = o.plan;
-  mo.use_pack = !o.no_plan;
-  mo.copy_pack = !o.map_plan;
+  mo.pack_path = o.pack;
+  mo.use_pack = !o.no_pack;
+  mo.copy_pack = !o.map_pack;
   mo.n_threads = o.n_threads;
   // The CLI or the config has checked the name.
   TS_CHECK(ops::parse_attn_numerics(o.flash_attn, &mo.attn_numerics));
@@ -227,7 +227,7 @@ int cmd_run(int argc, char** argv) {
   engine::Engine& eng = **engine_r;
   const int64_t n_ctx = eng.max_seq_len();
   // Warm-up: one token through every layer faults the weights in (from the page cache or
-  // the plan) and sizes the scratch buffers, so the prompt is timed at steady state. Its
+  // the pack file) and sizes the scratch buffers, so the prompt is timed at steady state. Its
   // sequence is removed; the prompt overwrites its KV cell.
   double warmup_ms = 0;
   constexpr engine::SeqId kWarmSeq = 1, kSeq = 0;
@@ -352,9 +352,9 @@ int cmd_run(int argc, char** argv) {
     j["load_ms"] = pi.load_ms;
     j["warmup_ms"] = warmup_ms;
     j["ready_ms"] = ready_ms;
-    j["plan"] = pi.pack_path;
-    j["plan_warning"] = pi.pack_warning;
-    j["matrices_from_plan"] = pi.n_from_pack;
+    j["pack"] = pi.pack_path;
+    j["pack_warning"] = pi.pack_warning;
+    j["matrices_from_pack"] = pi.n_from_pack;
     j["matrices_packed"] = pi.n_packed;
     j["weight_bytes_on_2mib_pages"] = pi.arena_huge ? pi.bytes_in_arena : 0;
     j["memory_ready"] = memory_json(mem_ready);
@@ -369,7 +369,7 @@ int cmd_run(int argc, char** argv) {
                ready_ms, pi.load_ms, warmup_ms, double(mem_end.rss_bytes) / 1048576.0,
                double(mem_end.anon_bytes) / 1048576.0, double(mem_end.file_bytes) / 1048576.0,
                double(mem_end.hwm_bytes) / 1048576.0,
-               pi.pack_path.empty() ? "weights packed in memory" : ("plan " + pi.pack_path).c_str());
+               pi.pack_path.empty() ? "weights packed in memory" : ("pack " + pi.pack_path).c_str());
   std::fprintf(stderr,
                "prompt %zu tok %.2f ms (%.1f tok/s) | decode %zu tok, %lld passes %.2f ms (%.1f tok/s) | "
                "%.2f GB/s of %.1f GB/s peak (%.1f%%) | %d threads | logits hash %s | stop: %s\n",

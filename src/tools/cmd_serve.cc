@@ -209,7 +209,7 @@ int cmd_serve(int argc, char** argv) {
   mo.n_threads = cfg.model.threads;
   // The CLI or the config has checked the name.
   TS_CHECK(ops::parse_attn_numerics(cfg.model.flash_attn, &mo.attn_numerics));
-  mo.copy_pack = !cfg.model.map_plan;
+  mo.copy_pack = !cfg.model.map_pack;
   const int64_t t_load = now_ns();
   auto model = engine::Model::load(model_path, mo);
   if (!model.is_ok()) return fail(model.status().to_string());

@@ -20,7 +20,7 @@ constexpr Command kCommands[] = {
     {"gguf-info", ts::tools::cmd_gguf_info, "print a GGUF file's metadata and tensors"},
     {"make-model", ts::tools::cmd_make_model, "write a deterministic random-weight GGUF model"},
     {"batched-bench", ts::tools::cmd_batched_bench, "prompt and decode speed of parallel sequences"},
-    {"build", ts::tools::cmd_build, "pack a model's weights for this machine's kernels into a plan file"},
+    {"build", ts::tools::cmd_build, "pack a model's weights for this machine's kernels into a pack file"},
     {"serve", ts::tools::cmd_serve, "OpenAI-compatible HTTP server with service tiers"},
     {"bench", ts::tools::cmd_bench, "load-test an OpenAI-compatible server: percentiles, SLOs, knee, cost"},
     {"gateway", ts::tools::cmd_gateway, "one tier-aware OpenAI endpoint in front of many workers and models"},

@@ -30,7 +30,7 @@ void run_sized(ThreadPool& pool, int64_t work_bytes, const F& fn) {
 }
 
 // Where Matrix::pack gets its panels while a model loads. Model::load installs one (a
-// mapped plan file, engine/pack_file.h) around Architecture::prepare, so the architectures
+// mapped pack file, engine/pack_file.h) around Architecture::prepare, so the architectures
 // keep calling Matrix::pack unchanged; `tierserve build` installs one that records what was
 // packed. The hook is per thread: prepare runs on the loading thread.
 class PackHook {
@@ -57,7 +57,7 @@ class ScopedPackHook {
 
 // A weight matrix as the forward pass uses it: the view into the mapped file and, after
 // pack(), the kernels' interleaved panels: a copy in RAM (faster decode, costs the
-// matrix's size) or, with a plan file, a view into that file's mapping.
+// matrix's size) or, with a pack file, a view into that file's mapping.
 class Matrix {
  public:
   Matrix() = default;

@@ -24,16 +24,16 @@ struct ModelOptions {
   bool pack_weights = true;
   // Prebuilt panels from `tierserve build` (engine/pack_file.h) instead of packing, copied
   // (copy_pack) onto the model's arena of 2 MiB pages, or used in place from the mapping.
-  // Empty: MODEL.gguf.tsplan beside the model, if it exists. A plan given here must exist
-  // (kNotFound otherwise). A plan that is malformed or stale (built from another file or
+  // Empty: MODEL.gguf.tspack beside the model, if it exists. A pack given here must exist
+  // (kNotFound otherwise). A pack that is malformed or stale (built from another file or
   // by kernels with another panel layout) is ignored with a warning and the weights are
   // packed in memory, so results never depend on it.
   std::string pack_path;
-  bool use_pack = true;  // false: never look for a plan (nor with pack_weights = false)
-  // Copy a plan's panels onto 2 MiB pages (a copy costs a fraction of packing): this
-  // kernel maps the plan file on 4 KiB pages, and Gemma 3 270M decoded 17% faster from the
+  bool use_pack = true;  // false: never look for a pack (nor with pack_weights = false)
+  // Copy a pack's panels onto 2 MiB pages (a copy costs a fraction of packing): this
+  // kernel maps the pack file on 4 KiB pages, and Gemma 3 270M decoded 17% faster from the
   // copy (docs/pack_format.md). false: read them in place from the mapping (no copy in RAM,
-  // pages shared by every process mapping the plan).
+  // pages shared by every process mapping the pack file).
   bool copy_pack = true;
   // The attention's numerics (ops::AttnNumerics): F32 tiles, or the rounding of one of
   // llama.cpp's two paths.
@@ -45,18 +45,18 @@ class PackHook;
 
 // How the matrices got their packed panels at load.
 struct PackInfo {
-  std::string pack_path;     // the plan used, empty when none
-  std::string pack_warning;  // why a plan that exists was not used (empty otherwise)
-  int64_t n_from_pack = 0;   // matrices whose panels come from the plan (copied onto 2 MiB pages)
+  std::string pack_path;     // the pack used, empty when none
+  std::string pack_warning;  // why a pack that exists was not used (empty otherwise)
+  int64_t n_from_pack = 0;   // matrices whose panels come from the pack (copied onto 2 MiB pages)
   int64_t n_packed = 0;      // matrices packed at load
-  uint64_t bytes_from_plan = 0;
+  uint64_t bytes_from_pack = 0;
   uint64_t bytes_packed = 0;
   // Of those, the bytes in the model's arena, one mapping on 2 MiB pages (when the kernel
   // accepted MADV_HUGEPAGE: arena_huge); the rest sits in buffers of their own or in the
-  // plan's mapping.
+  // pack's mapping.
   uint64_t bytes_in_arena = 0;
   bool arena_huge = false;
-  double load_ms = 0;        // Model::load wall time (parse, bind, plan or packing)
+  double load_ms = 0;        // Model::load wall time (parse, bind, pack or packing)
 };
 
 class ModelImpl;

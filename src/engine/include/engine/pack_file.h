@@ -1,16 +1,16 @@
-// Packed-weights files (`.tsplan`, `--plan` on the command line: their historic name, kept
-// for compatibility; in the code "plan" means only the scheduler's step plan): the
+// Packed-weights files (`.tspack`, `--pack` on the command line: their historic name, kept
+// for compatibility; in the code "pack" means only the scheduler's step pack): the
 // kernels' packed weight panels of one GGUF model, written once by
 // `tierserve build` and mapped by the engine, which uses the panels in place (no copy; the
-// pages are shared by every process mapping the plan and only the pages touched become
+// pages are shared by every process mapping the pack and only the pages touched become
 // resident). The format is specified in docs/pack_format.md.
 //
-// A plan is trusted only after validation: every field is range-checked with overflow-safe
+// A pack is trusted only after validation: every field is range-checked with overflow-safe
 // arithmetic against the file size (kDataLoss naming the field and its byte offset, e.g.
-// "plan tensor #3 'blk.0.ffn_up.weight': data [8192, +1048576) is unaligned or runs past
+// "pack tensor #3 'blk.0.ffn_up.weight': data [8192, +1048576) is unaligned or runs past
 // end of file (size 40960) at byte 360"), and it must have been built from this very GGUF
-// by kernels with this panel layout (kFailedPrecondition: a stale plan). Model::load then
-// warns and packs in memory instead, so a bad plan costs start-up time, never correctness.
+// by kernels with this panel layout (kFailedPrecondition: a stale pack). Model::load then
+// warns and packs in memory instead, so a bad pack costs start-up time, never correctness.
 #pragma once
 
 #include <cstdint>
@@ -51,16 +51,16 @@ inline constexpr uint64_t kEntName = 0, kEntNameBytes = 4, kEntType = 8, kEntRes
 
 // The 64-bit hash the format uses (header checksum, source identity).
 uint64_t hash_bytes(std::span<const uint8_t> bytes, uint64_t seed = 0);
-// Recomputes the checksum of a plan image in memory (tests that edit a field, tools).
+// Recomputes the checksum of a pack image in memory (tests that edit a field, tools).
 // False, changing nothing, when the image is shorter than the header or its table or
 // names are out of range.
-bool reseal(std::span<uint8_t> plan);
+bool reseal(std::span<uint8_t> pack);
 }  // namespace pack_format
 
-// MODEL.gguf -> MODEL.gguf.tsplan, where `tierserve build` writes and the engine looks.
+// MODEL.gguf -> MODEL.gguf.tspack, where `tierserve build` writes and the engine looks.
 std::string default_pack_path(const std::string& model_path);
 
-// The cheap identity of a source GGUF the plan records: its size, the start of its data
+// The cheap identity of a source GGUF the pack records: its size, the start of its data
 // section, a hash of every byte before it (header, metadata, tensor table with names,
 // shapes, types and data offsets) and a hash of the first and last 32 bytes of each
 // tensor's data. Not a full-file hash (that would read the whole model at every start).
@@ -79,12 +79,12 @@ struct PackTensor {
   const uint8_t* panels = nullptr;  // kernels::packed_bytes(view) bytes
 };
 
-// Writes a plan for `src` through `path`.tmp.PID, renamed at the end (a reader never sees
-// half a plan). Tensors are stored in the order of their source offsets.
+// Writes a pack for `src` through `path`.tmp.PID, renamed at the end (a reader never sees
+// half a pack). Tensors are stored in the order of their source offsets.
 // kInvalidArgument for a view that is not a whole GGUF tensor of `src`, kIo on write errors.
 Status write_pack_file(const std::string& path, const gguf::File& src, std::span<const PackTensor> tensors);
 
-// A validated plan, mapped (open) or over caller-owned bytes (parse), bound to the GGUF
+// A validated pack, mapped (open) or over caller-owned bytes (parse), bound to the GGUF
 // it was checked against; both must outlive it.
 class PackFile : public PackHook {
  public:
@@ -130,15 +130,15 @@ class PackFile : public PackHook {
   std::vector<Entry> entries_;
 };
 
-// Repacks every planned tensor of `src` in memory and compares the panels with the plan's,
-// byte for byte (reads the whole plan; load-time validation does not look at the panels).
+// Repacks every planned tensor of `src` in memory and compares the panels with the pack's,
+// byte for byte (reads the whole pack; load-time validation does not look at the panels).
 // kDataLoss naming the first tensor that differs and the byte.
-Status verify_pack_panels(const PackFile& plan, const gguf::File& src, ThreadPool* pool);
+Status verify_pack_panels(const PackFile& pack, const gguf::File& src, ThreadPool* pool);
 
 // What `tierserve build` did.
 struct BuildReport {
   std::string pack_path;
-  uint64_t plan_bytes = 0;
+  uint64_t pack_bytes = 0;
   uint64_t source_bytes = 0;
   uint64_t panel_bytes = 0;   // sum over tensors
   int64_t n_tensors = 0;
@@ -147,8 +147,8 @@ struct BuildReport {
   double write_ms = 0;
 };
 
-// Loads `model_path` with the registered architectures (packing in memory, no plan),
-// records every matrix the architecture packs, and writes them as a plan to `pack_path`
+// Loads `model_path` with the registered architectures (packing in memory, no pack),
+// records every matrix the architecture packs, and writes them as a pack to `pack_path`
 // (empty: default_pack_path). n_threads as ModelOptions.
 Result<BuildReport> build_pack_file(const std::string& model_path, const std::string& pack_path, int n_threads);
 

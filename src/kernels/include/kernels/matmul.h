@@ -41,13 +41,13 @@ void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok
 void dequantize_rows(const WeightView& w, int64_t first, int64_t n, float* out);
 
 // Version of the packed panel layout (src/kernels/panel.h). Bump it whenever the layout of
-// any type changes: plan files (`tierserve build`) record it and are rejected as stale
+// any type changes: pack files (`tierserve build`) record it and are rejected as stale
 // when it differs. panel_layout_fingerprint() backs it up at run time.
 inline constexpr uint32_t kPanelLayoutVersion = 1;
 
 // A hash of the panels that packing a fixed pseudo-random 16 x 512 matrix of every panel
 // type produces: it changes whenever the layout changes, even if kPanelLayoutVersion was
-// not bumped, so a plan file built by other code is never used with different kernels.
+// not bumped, so a pack file built by other code is never used with different kernels.
 // Computed once (microseconds) and cached.
 uint64_t panel_layout_fingerprint();
 
@@ -62,7 +62,7 @@ int64_t packed_bytes(DType t, int64_t n_rows, int64_t n_cols);
 inline int64_t packed_bytes(const WeightView& w) { return packed_bytes(w.type, w.n_rows, w.n_cols); }
 
 // Packs w into dst (packed_bytes(w) bytes, 64-byte aligned) in parallel on `pool` (may be
-// null). This is what PackedWeight::pack does into its own buffer; plan files store the
+// null). This is what PackedWeight::pack does into its own buffer; pack files store the
 // same bytes.
 void pack_into(const WeightView& w, uint8_t* dst, ThreadPool* pool = nullptr);
 
@@ -76,7 +76,7 @@ class PackedWeight {
   PackedWeight() = default;
   // Packs the rows in parallel on `pool` (may be null) into a buffer this object owns.
   static PackedWeight pack(const WeightView& w, ThreadPool* pool = nullptr);
-  // A non-owning view of panels packed earlier (a mapped plan file): `panels` holds
+  // A non-owning view of panels packed earlier (a mapped pack file): `panels` holds
   // packed_bytes(w) bytes laid out as pack_into writes them, is 64-byte aligned (checked)
   // and must outlive the PackedWeight. nullptr for types used in place.
   static PackedWeight borrow(const WeightView& w, const uint8_t* panels);

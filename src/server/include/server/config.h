@@ -4,7 +4,7 @@
 // the file is read (tools/cmd_serve.cc); validate() then checks the whole.
 //
 //   listen: {host, port}             admin: {host, port}  (port -1: no separate listener)
-//   model: {path, threads, flash_attn, map_plan}
+//   model: {path, threads, flash_attn, map_pack}
 //   engine: {kv_bytes, block_size, max_seq_len, max_step_tokens, prefix_cache}
 //   scheduling: tiered | fifo
 //   scheduler: {step_token_budget, max_chunk_tokens, max_queued_requests_total, ...}
@@ -98,7 +98,7 @@ struct ModelConfig {
   // flash-attention rounding) or "off" (its rounding without flash attention); the YAML
   // takes tiled, or true/false for on/off.
   std::string flash_attn = "on";
-  bool map_plan = false;            // read a plan's panels in place instead of copying them
+  bool map_pack = false;            // read a pack's panels in place instead of copying them
   // The model's names in requests ("model") and responses; the first is the primary. Empty:
   // the file name without ".gguf". YAML: a string or a list.
   std::vector<std::string> served_names;

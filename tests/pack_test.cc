@@ -1,7 +1,7 @@
-// The build step end to end: `tierserve build` writes a plan, Model::load maps it and the
+// The build step end to end: `tierserve build` writes a pack, Model::load maps it and the
 // forward pass reads the panels in place, and every logit equals those of in-memory packing
 // (stories260K, random-weight Q4_K_M and Q8_0 models, and the default Gemma 3 model when
-// installed). A stale plan is ignored with a warning, never used.
+// installed). A stale pack is ignored with a warning, never used.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kWork = std::string(TS_BINARY_DIR) + "/plan_test";
+const std::string kWork = std::string(TS_BINARY_DIR) + "/pack_test";
 
 // Runs the binary with `args`; returns its exit status, stdout+stderr in *out.
 int tierserve(const std::string& args, std::string* out = nullptr) {
@@ -85,58 +85,58 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return !a.empty() && a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-void expect_plan_matches_packing(const std::string& model, int64_t min_from_plan) {
-  const std::string plan = engine::default_pack_path(model);
-  fs::remove(plan);
+void expect_plan_matches_packing(const std::string& model, int64_t min_from_pack) {
+  const std::string pack = engine::default_pack_path(model);
+  fs::remove(pack);
   std::string out;
   ASSERT_EQ(tierserve("build -m '" + model + "' -t 2", &out), 0) << out;
-  EXPECT_NE(out.find("built " + plan), std::string::npos) << out;
-  ASSERT_TRUE(fs::exists(plan));
+  EXPECT_NE(out.find("built " + pack), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(pack));
 
-  engine::ModelOptions no_plan;
-  no_plan.use_pack = false;
-  engine::PackInfo packed_info, plan_info;
-  const std::vector<float> want = run_logits(model, no_plan, &packed_info);
-  const std::vector<float> got = run_logits(model, {}, &plan_info);  // auto-detected
+  engine::ModelOptions no_pack;
+  no_pack.use_pack = false;
+  engine::PackInfo packed_info, pack_info;
+  const std::vector<float> want = run_logits(model, no_pack, &packed_info);
+  const std::vector<float> got = run_logits(model, {}, &pack_info);  // auto-detected
   EXPECT_TRUE(same_bits(want, got)) << model;
-  EXPECT_EQ(plan_info.pack_path, plan);
-  EXPECT_TRUE(plan_info.pack_warning.empty()) << plan_info.pack_warning;
-  EXPECT_GE(plan_info.n_from_pack, min_from_plan);
-  EXPECT_EQ(plan_info.n_packed, 0);
-  EXPECT_EQ(plan_info.n_from_pack, packed_info.n_packed);
-  EXPECT_EQ(plan_info.bytes_from_plan, packed_info.bytes_packed);
+  EXPECT_EQ(pack_info.pack_path, pack);
+  EXPECT_TRUE(pack_info.pack_warning.empty()) << pack_info.pack_warning;
+  EXPECT_GE(pack_info.n_from_pack, min_from_pack);
+  EXPECT_EQ(pack_info.n_packed, 0);
+  EXPECT_EQ(pack_info.n_from_pack, packed_info.n_packed);
+  EXPECT_EQ(pack_info.bytes_from_pack, packed_info.bytes_packed);
   EXPECT_TRUE(packed_info.pack_path.empty());
-  // Both ways every panel lands in the model's arena (the plan's are copied there).
+  // Both ways every panel lands in the model's arena (the pack's are copied there).
   EXPECT_EQ(packed_info.bytes_in_arena, packed_info.bytes_packed);
-  EXPECT_EQ(plan_info.bytes_in_arena, plan_info.bytes_from_plan);
-  if (min_from_plan > 0) {
-    EXPECT_GT(plan_info.bytes_in_arena, 0u);
+  EXPECT_EQ(pack_info.bytes_in_arena, pack_info.bytes_from_pack);
+  if (min_from_pack > 0) {
+    EXPECT_GT(pack_info.bytes_in_arena, 0u);
   }
 
-  // Re-running keeps a valid plan.
+  // Re-running keeps a valid pack.
   ASSERT_EQ(tierserve("build -m '" + model + "'", &out), 0) << out;
   EXPECT_NE(out.find("up to date"), std::string::npos) << out;
 }
 
-TEST(Plan, Q4KMLogitsEqualInMemoryPacking) { expect_plan_matches_packing(make_model("q4_k_m", 1), 15); }
+TEST(Pack, Q4KMLogitsEqualInMemoryPacking) { expect_plan_matches_packing(make_model("q4_k_m", 1), 15); }
 
-TEST(Plan, Q80LogitsEqualInMemoryPacking) { expect_plan_matches_packing(make_model("q8_0", 1), 15); }
+TEST(Pack, Q80LogitsEqualInMemoryPacking) { expect_plan_matches_packing(make_model("q8_0", 1), 15); }
 
-TEST(Plan, Stories260KLoadsWithItsPlan) {
-  // stories260K's matrices are F32, used in place: the plan is empty but valid.
+TEST(Pack, Stories260KLoadsWithItsPlan) {
+  // stories260K's matrices are F32, used in place: the pack is empty but valid.
   const std::string model = kWork + "/stories260K.gguf";
   fs::copy_file(std::string(TS_SHARED_DIR) + "/models/stories260K.gguf", model, fs::copy_options::overwrite_existing);
   expect_plan_matches_packing(model, 0);
 }
 
-TEST(Plan, StalePlanIsIgnoredWithAWarning) {
+TEST(Pack, StalePlanIsIgnoredWithAWarning) {
   const std::string a = make_model("q8_0", 1), b = make_model("q8_0", 2);
-  const std::string plan_b = engine::default_pack_path(b);
-  ASSERT_EQ(tierserve("build -m '" + a + "' -o '" + plan_b + "' --force"), 0);
-  engine::ModelOptions no_plan;
-  no_plan.use_pack = false;
+  const std::string pack_b = engine::default_pack_path(b);
+  ASSERT_EQ(tierserve("build -m '" + a + "' -o '" + pack_b + "' --force"), 0);
+  engine::ModelOptions no_pack;
+  no_pack.use_pack = false;
   engine::PackInfo info;
-  const std::vector<float> want = run_logits(b, no_plan);
+  const std::vector<float> want = run_logits(b, no_pack);
   const std::vector<float> got = run_logits(b, {}, &info);
   EXPECT_TRUE(same_bits(want, got));
   EXPECT_TRUE(info.pack_path.empty());
@@ -148,22 +148,22 @@ TEST(Plan, StalePlanIsIgnoredWithAWarning) {
   std::string out;
   ASSERT_EQ(tierserve("build -m '" + b + "'", &out), 0) << out;
   EXPECT_NE(out.find("rebuilding"), std::string::npos) << out;
-  EXPECT_TRUE(engine::PackFile::open(plan_b, *gguf::File::open(b).value()).is_ok());
+  EXPECT_TRUE(engine::PackFile::open(pack_b, *gguf::File::open(b).value()).is_ok());
 
-  // A truncated plan: same fallback.
-  fs::resize_file(plan_b, fs::file_size(plan_b) - 4096);
+  // A truncated pack: same fallback.
+  fs::resize_file(pack_b, fs::file_size(pack_b) - 4096);
   run_logits(b, {}, &info);
   EXPECT_NE(info.pack_warning.find("truncated"), std::string::npos) << info.pack_warning;
   EXPECT_EQ(info.n_from_pack, 0);
 }
 
-TEST(Plan, VerifyFindsACorruptedPanelAndRebuilds) {
+TEST(Pack, VerifyFindsACorruptedPanelAndRebuilds) {
   const std::string model = make_model("q8_0", 1);
-  const std::string plan = engine::default_pack_path(model);
+  const std::string pack = engine::default_pack_path(model);
   ASSERT_EQ(tierserve("build -m '" + model + "' --force"), 0);
   {
     // Flip one panel byte: load-time validation does not read the panels, --verify does.
-    std::fstream f(plan, std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
     uint64_t data = 0;
     f.seekg(engine::pack_format::kOffDataOffset);
     f.read(reinterpret_cast<char*>(&data), 8);
@@ -184,51 +184,51 @@ TEST(Plan, VerifyFindsACorruptedPanelAndRebuilds) {
   EXPECT_NE(out.find("verified every panel"), std::string::npos) << out;
 }
 
-TEST(Plan, ExplicitPlanMustExist) {
+TEST(Pack, ExplicitPlanMustExist) {
   models::register_all();
   engine::ModelOptions mo;
-  mo.pack_path = kWork + "/no-such.tsplan";
+  mo.pack_path = kWork + "/no-such.tspack";
   auto m = engine::Model::load(make_model("q8_0", 1), mo);
   ASSERT_FALSE(m.is_ok());
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
   EXPECT_NE(m.status().message().find("tierserve build"), std::string::npos);
 }
 
-TEST(Plan, RunReportsPlanReadinessAndMemory) {
+TEST(Pack, RunReportsPlanReadinessAndMemory) {
   const std::string model = make_model("q4_k_m", 1);
   ASSERT_EQ(tierserve("build -m '" + model + "' --force"), 0);
   std::string with, without;
   const std::string args = "run -m '" + model + "' -p 'Once upon a time' -n 8 --temp 0 --json -t 1";
   ASSERT_EQ(tierserve(args, &with), 0) << with;
-  ASSERT_EQ(tierserve(args + " --no-plan", &without), 0) << without;
+  ASSERT_EQ(tierserve(args + " --no-pack", &without), 0) << without;
   auto field = [](const std::string& s, const std::string& key) {
     const size_t p = s.find("\"" + key + "\":");
     return p == std::string::npos ? std::string() : s.substr(p, s.find_first_of(",}", p) - p);
   };
   EXPECT_EQ(field(with, "logits_hash"), field(without, "logits_hash"));
   EXPECT_FALSE(field(with, "logits_hash").empty());
-  EXPECT_NE(field(with, "plan").find(".tsplan"), std::string::npos) << with;
-  EXPECT_EQ(field(without, "plan"), "\"plan\":\"\"");
+  EXPECT_NE(field(with, "pack").find(".tspack"), std::string::npos) << with;
+  EXPECT_EQ(field(without, "pack"), "\"pack\":\"\"");
   for (const char* k : {"ready_ms", "load_ms", "warmup_ms", "rss_bytes", "hwm_bytes", "anon_bytes", "file_bytes"})
     EXPECT_FALSE(field(with, k).empty()) << k;
   EXPECT_NE(with.find("ready in"), std::string::npos);
-  // --map-plan reads the panels from the plan's mapping: same logits, nothing on the arena.
+  // --map-pack reads the panels from the pack's mapping: same logits, nothing on the arena.
   std::string mapped;
-  ASSERT_EQ(tierserve(args + " --map-plan", &mapped), 0) << mapped;
+  ASSERT_EQ(tierserve(args + " --map-pack", &mapped), 0) << mapped;
   EXPECT_EQ(field(mapped, "logits_hash"), field(with, "logits_hash"));
   EXPECT_EQ(field(mapped, "weight_bytes_on_2mib_pages"), "\"weight_bytes_on_2mib_pages\":0");
   std::string err;
-  EXPECT_EQ(tierserve(args + " --plan x --no-plan", &err), 2) << err;
+  EXPECT_EQ(tierserve(args + " --pack x --no-pack", &err), 2) << err;
 }
 
-TEST(Plan, DefaultGemmaModelLogitsEqualInMemoryPacking) {
+TEST(Pack, DefaultGemmaModelLogitsEqualInMemoryPacking) {
   const char* home = std::getenv("HOME");
   const std::string gemma = std::string(home ? home : ".") + "/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf";
   if (!fs::exists(gemma)) {
     if (std::getenv("TIERSERVE_REQUIRE_DEFAULT_MODEL")) FAIL() << "missing " << gemma;
     GTEST_SKIP() << "default model not installed";
   }
-  // Build beside a link to it, so the test never touches the installed plan.
+  // Build beside a link to it, so the test never touches the installed pack.
   const std::string model = kWork + "/gemma.gguf";
   fs::remove(model);
   fs::create_symlink(gemma, model);
