@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Batched decoding side by side (issue 4; bench/batched.sh runs this).
 
-For each model, `llama-batched-bench` (the peer, build/peer/gcc) and `tierserve
-batched-bench` with the same arguments (-npp 128 -ntg 128, -t THREADS):
-  1. one pass of each over -npl 1,2,4,8,16 (peer first);
+For each model, the peers' `llama-batched-bench` (llama.cpp: build/peer/gcc; ik_llama.cpp:
+build/peer/ik, with its best CPU settings: run-time repack -rtr, flash attention -fa 1) and
+`tierserve batched-bench` with the same arguments (-npp 128 -ntg 128, -t THREADS):
+  1. one pass of each over -npl 1,2,4,8,16;
   2. REPS alternating passes of each at -npl 16 (the target's cell), medians.
-Prints a markdown table of S_PP and S_TG (aggregate tokens/s) with the ratios, writes the
-raw outputs and the table under OUT. The peer gets a context of 8192 cells (-c), -b 2048
--ub 512 (its defaults), flash attention on its default (auto).
+Prints a markdown table of S_PP and S_TG (aggregate tokens/s) with tierserve's ratio to
+each peer, writes the raw outputs and the table under OUT. The peers get a context of 8192
+cells (-c), -b 2048 -ub 512 (their defaults); llama.cpp's flash attention is on its
+default (auto).
 """
 import argparse
 import datetime
@@ -38,7 +40,7 @@ def run(cmd, raw, tag):
         f.write(f"### {tag}: {' '.join(cmd)}\n{p.stdout}\n{p.stderr[-2000:] if p.returncode else ''}\n")
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
-    rows = rows_of(p.stdout)
+    rows = rows_of(p.stdout) or rows_of(p.stderr)  # ik_llama.cpp prints its table to stderr
     if not rows:
         raise RuntimeError(f"no result rows from {' '.join(cmd)}")
     return rows
@@ -47,7 +49,8 @@ def run(cmd, raw, tag):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tierserve", default=os.path.join(ROOT, "build", "bin", "tierserve"))
-    ap.add_argument("--peer", default=os.path.join(ROOT, "build", "peer", "gcc", "bin", "llama-batched-bench"))
+    ap.add_argument("--peer-dir", default=os.path.join(ROOT, "build", "peer"))
+    ap.add_argument("--peers", default="gcc,ik", help="peer builds of bench/peer.sh (gcc: llama.cpp, ik: ik_llama.cpp)")
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "bench-models"))
     ap.add_argument("--models", default="llama:110m:q8_0,file:" +
                     os.path.expanduser("~/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf"),
@@ -61,10 +64,27 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.models_dir, exist_ok=True)
     raw = os.path.join(args.out, "raw.txt")
+    peers = [p for p in args.peers.split(",") if p]
+    names = {"ik": "ik_llama.cpp"}
+    for p in peers:
+        if not os.access(os.path.join(args.peer_dir, p, "bin", "llama-batched-bench"), os.X_OK):
+            sys.exit(f"batched: no {args.peer_dir}/{p}/bin/llama-batched-bench: run bench/peer.sh first")
     bw_start = read_bandwidth()
     common = ["-npp", "128", "-ntg", "128", "-t", str(args.threads)]
-    lines = ["| model | sequences | llama.cpp S_PP | tierserve S_PP | ratio | llama.cpp S_TG | tierserve S_TG | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+    engines = [names.get(p, "llama.cpp") for p in peers] + ["tierserve"]
+    head = ["model", "sequences"] + [f"{e} S_PP" for e in engines] + [f"S_PP / {e}" for e in engines[:-1]] + \
+           [f"{e} S_TG" for e in engines] + [f"S_TG / {e}" for e in engines[:-1]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def row(name, label, by_engine, bold=False):
+        ours = by_engine["tierserve"]
+        cells = [name, label]
+        for k in (0, 1):  # S_PP, S_TG
+            cells += [f"{by_engine[e][k]:.1f}" for e in engines]
+            ratios = [f"{ours[k] / by_engine[e][k]:.2f}x" for e in engines[:-1]]
+            cells += [f"**{r}**" if bold and k == 1 else r for r in ratios]
+        lines.append("| " + " | ".join(cells) + " |")
+
     for spec in args.models.split(","):
         if spec.startswith("file:"):
             path = spec[5:]
@@ -73,28 +93,29 @@ def main():
             arch, shape, typ = spec.split(":")
             path = make_model(args.tierserve, args.models_dir, arch, shape, typ)
             name = f"{shape} {typ}"
-        peer = [args.peer, "-m", path, "-c", "8192", "-b", "2048", "-ub", "512"] + common
-        ours = [args.tierserve, "batched-bench", "-m", path] + common
+        cmds = {}
+        for p, e in zip(peers, engines):
+            extra = ["-rtr", "-fa", "1"] if p == "ik" else []
+            cmds[e] = [os.path.join(args.peer_dir, p, "bin", "llama-batched-bench"), "-m", path, "-c", "8192",
+                       "-b", "2048", "-ub", "512"] + extra + common
+        cmds["tierserve"] = [args.tierserve, "batched-bench", "-m", path] + common
         log(f"{name}: -npl {args.npl}")
-        p_rows = run(peer + ["-npl", args.npl], raw, "peer")
-        o_rows = run(ours + ["-npl", args.npl], raw, "tierserve")
-        for (b, ppp, ptg), (_, opp, otg) in zip(p_rows, o_rows):
-            lines.append(f"| {name} | {b} | {ppp:.1f} | {opp:.1f} | {opp / ppp:.2f}x | {ptg:.1f} | {otg:.1f} | "
-                         f"{otg / ptg:.2f}x |")
-        samples = {"peer": [], "ours": []}
+        sweep = {e: run(cmds[e] + ["-npl", args.npl], raw, e) for e in engines}
+        for i, (b, _, _) in enumerate(sweep["tierserve"]):
+            row(name, str(b), {e: sweep[e][i][1:] for e in engines})
+        samples = {e: [] for e in engines}
         for r in range(args.reps):
-            log(f"{name}: -npl 16, pass {r + 1} of {args.reps}")
-            samples["peer"].append(run(peer + ["-npl", "16"], raw, "peer")[0])
-            samples["ours"].append(run(ours + ["-npl", "16"], raw, "tierserve")[0])
-        med = {k: (statistics.median(x[1] for x in v), statistics.median(x[2] for x in v)) for k, v in samples.items()}
-        (ppp, ptg), (opp, otg) = med["peer"], med["ours"]
-        lines.append(f"| {name} | 16 (median of {args.reps}) | {ppp:.1f} | {opp:.1f} | {opp / ppp:.2f}x | {ptg:.1f} | "
-                     f"{otg:.1f} | **{otg / ptg:.2f}x** |")
-        tg = ", ".join(f"{p[2]:.0f}/{o[2]:.0f}" for p, o in zip(samples["peer"], samples["ours"]))
-        lines.append(f"|  | (S_TG per pass, peer/ours: {tg}) | | | | | | |")
+            log(f"{name}: -npl 16, pass {r + 1} of {args.reps} (load {loadavg()})")
+            for e in engines:
+                samples[e].append(run(cmds[e] + ["-npl", "16"], raw, e)[0])
+        med = {e: (statistics.median(x[1] for x in v), statistics.median(x[2] for x in v)) for e, v in samples.items()}
+        row(name, f"16 (median of {args.reps})", med, bold=True)
+        tg = "; ".join(f"{e} " + "/".join(f"{x[2]:.0f}" for x in samples[e]) for e in engines)
+        lines.append(f"|  | (S_TG per pass: {tg}) |" + " |" * (len(head) - 2))
     lines.append("")
-    lines.append(f"{args.threads} threads, -npp 128 -ntg 128; load average at the end: {loadavg()}; read bandwidth "
-                 f"(kernels_bench roofline/read) at the start: {bw_start}, at the end: {read_bandwidth()}.")
+    lines.append(f"{args.threads} threads, -npp 128 -ntg 128" + ("; ik_llama.cpp -rtr -fa 1" if "ik" in peers else "") +
+                 f"; load average at the end: {loadavg()}; read bandwidth (kernels_bench roofline/read) at the "
+                 f"start: {bw_start}, at the end: {read_bandwidth()}.")
     table = "\n".join(lines)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Batched decoding side by side with llama.cpp's llama-batched-bench (issue 4): 110m Q8_0
+# Batched decoding side by side with llama.cpp's and ik_llama.cpp's llama-batched-bench: 110m Q8_0
 # and the default model, 1/2/4/8/16 sequences, then the 16-sequence cell REPS times
 # alternating, as a markdown table (docs/BENCHMARKS.md).
 #
-#   bash bench/peer.sh                 # once: builds build/peer/gcc
+#   bash bench/peer.sh                 # once: builds build/peer/gcc and build/peer/ik
 #   bash bench/batched.sh              # both models, 2 threads, 3 passes at 16
 #   bash bench/batched.sh --models llama:110m:q8_0 --reps 5
 #

@@ -3,7 +3,9 @@
 
 For each model (random weights from `tierserve make-model`, real shapes) and thread count:
   peer       llama-bench -p N_PROMPT -n N_GEN -d 0,DEPTH -r 1, REPS times (each peer build
-             of bench/peer.sh: build/peer/gcc, build/peer/clang), median of the samples
+             of bench/peer.sh: build/peer/gcc, build/peer/clang), median of the samples;
+             ik_llama.cpp (build/peer/ik) with its best CPU settings, -rtr 1 -fa 1, and
+             -gp DEPTH,N_GEN for decode at depth (its llama-bench has no -d)
   tierserve  `tierserve run --json --ignore-eos --temp 0`, one warm-up then REPS runs:
              a 1-token prompt + N_GEN tokens (decode at depth 0) and an N_PROMPT-token
              prompt + N_GEN tokens (prompt processing at depth 0, and decode after a
@@ -138,6 +140,29 @@ def prompt_of_tokens(path, n_tokens, tierserve=None):
     return text, count(text)
 
 
+def peer_name(p):
+    return "ik_llama.cpp" if p == "ik" else f"llama.cpp {p}"
+
+
+def run_ik(peer_bin, model, threads, args, reps):
+    # Run-time repacking (the interleaved _R8 layouts) and its flash attention: ik's best
+    # CPU settings. -gp DEPTH,N_GEN times N_GEN tokens after a DEPTH-token prompt.
+    cmd = [peer_bin, "-m", model, "-t", str(threads), "-p", str(args.n_prompt), "-n", str(args.n_gen),
+           "-gp", f"{args.depth},{args.n_gen}", "-r", str(reps), "-fa", "1", "-rtr", "1", "-o", "json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    results = []
+    for r in json.loads(out[out.index("["):]):
+        if r.get("n_gen", 0) and r.get("n_prompt", 0):  # a -gp test: decode at depth n_prompt
+            test, depth = f"tg{r['n_gen']}", r["n_prompt"]
+        elif r.get("n_prompt", 0):
+            test, depth = f"pp{r['n_prompt']}", 0
+        else:
+            test, depth = f"tg{r['n_gen']}", 0
+        results.append({"test": test, "depth": depth, "samples": r["samples_ts"], "median": median(r["samples_ts"]),
+                        "flash_attn": "1", "rtr": 1})
+    return results, " ".join(cmd)
+
+
 def run_peer(peer_bin, model, threads, args, fa, reps):
     cmd = [peer_bin, "-m", model, "-t", str(threads), "-p", str(args.n_prompt), "-n", str(args.n_gen),
            "-d", f"0,{args.depth}", "-r", str(reps), "-fa", fa, "-o", "jsonl"]
@@ -174,7 +199,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tierserve", default=os.path.join(ROOT, "build", "bin", "tierserve"))
     ap.add_argument("--peer-dir", default=os.path.join(ROOT, "build", "peer"))
-    ap.add_argument("--peers", default="gcc,clang", help="peer builds of bench/peer.sh to run")
+    ap.add_argument("--peers", default="gcc,clang,ik", help="peer builds of bench/peer.sh to run (ik: ik_llama.cpp)")
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "bench-models"))
     ap.add_argument("--models", default="llama:110m:q8_0,llama:110m:q4_k_m,qwen2:0.5b:q8_0,qwen2:0.5b:q4_k_m",
                     help="arch:shape:type (a make-model model) or file:PATH (an existing GGUF), comma-separated")
@@ -237,14 +262,13 @@ def main():
                 run_tierserve(binary, model, t, prompt, args)
             for rep in range(1, args.reps + 1):
                 for p in peers:
-                    log(f"{label} t={t} rep {rep}: llama.cpp {p} (load {loadavg()})")
-                    out, cmd = run_peer(os.path.join(args.peer_dir, p, "bin", "llama-bench"), model, t, args, args.fa,
-                                        1)
+                    log(f"{label} t={t} rep {rep}: {peer_name(p)} (load {loadavg()})")
+                    bench = os.path.join(args.peer_dir, p, "bin", "llama-bench")
+                    out, cmd = run_ik(bench, model, t, args, 1) if p == "ik" else run_peer(bench, model, t, args, args.fa, 1)
                     for r in out:
-                        samples.setdefault((r["test"], r["depth"]), {}).setdefault(f"llama.cpp {p}", []).extend(
-                            r["samples"])
-                        raw.write(json.dumps({"engine": f"llama.cpp-{p}", "model": label, "threads": t, "rep": rep,
-                                              "cmd": cmd, **r}) + "\n")
+                        samples.setdefault((r["test"], r["depth"]), {}).setdefault(peer_name(p), []).extend(r["samples"])
+                        raw.write(json.dumps({"engine": peer_name(p).replace(" ", "-"), "model": label, "threads": t,
+                                              "rep": rep, "cmd": cmd, **r}) + "\n")
                 # The builds' order flips every repetition (ABBA), so neither always runs first.
                 for engine, binary in (builds if rep % 2 else builds[::-1]):
                     log(f"{label} t={t} rep {rep}: {engine} (load {loadavg()})")
@@ -263,13 +287,17 @@ def main():
             for (test, depth), v in sorted(res.items(), key=lambda kv: (kv[0][0][:2] != "pp", kv[0][1])):
                 rows.append((label, t, test, depth, v, wbytes))
 
-    engines = [f"llama.cpp {p}" for p in peers] + ([] if args.skip_tierserve else ["tierserve"])
+    engines = [peer_name(p) for p in peers] + ([] if args.skip_tierserve else ["tierserve"])
+    llama_peers = [peer_name(p) for p in peers if p != "ik"]
+    has_ik = "ik" in peers
     if args.baseline and not args.skip_tierserve:
         engines.append("baseline")
     lines = []
     head = ["model", "threads", "test", "depth"] + [f"{e} tok/s" for e in engines]
-    if peers and not args.skip_tierserve:
-        head.append("tierserve / best peer")
+    if llama_peers and not args.skip_tierserve:
+        head.append("tierserve / llama.cpp")
+    if has_ik and not args.skip_tierserve:
+        head.append("tierserve / ik_llama.cpp")
     if "baseline" in engines:
         head.append("tierserve / baseline")
     head.append("decode GB/s" + (f" (% of {peak:.0f} GB/s peak)" if peak else ""))
@@ -277,10 +305,13 @@ def main():
     lines.append("|" + "---|" * len(head))
     for label, t, test, depth, v, wbytes in rows:
         cells = [label, str(t), test, str(depth)] + [fmt(v.get(e)) for e in engines]
-        best_peer = max([v[e] for e in engines if e.startswith("llama.cpp") and v.get(e)], default=None)
-        if peers and not args.skip_tierserve:
-            ts = v.get("tierserve")
-            cells.append(f"{ts / best_peer:.2f}x" if ts and best_peer else "—")
+        best_llama = max([v[e] for e in llama_peers if v.get(e)], default=None)
+        ts = v.get("tierserve")
+        if llama_peers and not args.skip_tierserve:
+            cells.append(f"{ts / best_llama:.2f}x" if ts and best_llama else "—")
+        if has_ik and not args.skip_tierserve:
+            ik = v.get("ik_llama.cpp")
+            cells.append(f"{ts / ik:.2f}x" if ts and ik else "—")
         if "baseline" in engines:
             ts, base = v.get("tierserve"), v.get("baseline")
             cells.append(f"{ts / base:.3f}x" if ts and base else "—")
@@ -289,13 +320,15 @@ def main():
             for e in engines:
                 if v.get(e):
                     g = wbytes * v[e] / 1e9
-                    gbs.append(f"{e.split()[-1]} {g:.1f}" + (f" ({100 * g / peak:.0f}%)" if peak else ""))
+                    gbs.append(f"{'ik' if e == 'ik_llama.cpp' else e.split()[-1]} {g:.1f}" +
+                               (f" ({100 * g / peak:.0f}%)" if peak else ""))
             cells.append(", ".join(gbs) or "—")
         else:
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}; tierserve --fa {args.ts_fa}; decode GB/s counts the weight bytes a step reads "
+    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}" + ("; ik_llama.cpp -fa 1 -rtr 1" if has_ik else "") +
+            f"; tierserve --fa {args.ts_fa}; decode GB/s counts the weight bytes a step reads "
             f"(an untied embedding: one row; KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
             f"(kernels_bench roofline/read) at the start: {bw_start}; at the end: {read_bandwidth()}.\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:

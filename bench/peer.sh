@@ -4,6 +4,11 @@
 # tests/oracle_logits_test.cc), with -DGGML_NATIVE=ON, in two variants:
 #   build/peer/gcc    Debian 12's GCC 12, with the AMX tile-config fix below
 #   build/peer/clang  clang 14
+# and the second peer, ik_llama.cpp (the fork that leads llama.cpp on x86 CPUs: rows
+# interleaved and weights repacked at load, its own GEMM and flash-attention kernels), from
+# the sdist of the pinned ik-llama-cpp-python, also with -DGGML_NATIVE=ON:
+#   build/peer/ik     GCC 12; run with its best CPU settings, run-time repack (-rtr 1)
+#                     and flash attention (-fa 1) (bench/compare.py, bench/batched.py)
 # and reports for each whether it has llama.cpp's AMX path and whether it runs a
 # quantized model.
 #
@@ -15,22 +20,24 @@
 # address, so the stores must happen before it. The script checks that on a code snippet
 # (GCC 12 output with and without the barrier) even on CPUs without AMX.
 #
-# Usage: bench/peer.sh [--variants "gcc clang"] [--jobs N] [--model FILE.gguf] [--with-server]
+# Usage: bench/peer.sh [--variants "gcc clang ik"] [--jobs N] [--model FILE.gguf] [--with-server]
 #   --model   a GGUF to smoke-test both builds with (default: a tiny q8_0 from make-model
 #             when $TIERSERVE, default build/bin/tierserve, exists)
 #   --with-server  also build llama-server (for `tierserve bench --compare-url`), without
 #             its web UI (LLAMA_USE_PREBUILT_UI=OFF: nothing is downloaded)
 #   --server-only  build only llama-server, with GCC (build/peer/gcc/bin/llama-server: the
 #             gateway's tests run it as a worker), and skip the report
-# Environment: PEER_PIN (llama-cpp-python version, default 0.3.36), PEER_DIR (default
-# build/peer), PIP (default .venv/bin/pip, else python3 -m pip).
-# Nothing is fetched once build/peer/sdist holds the sdist.
+# Environment: PEER_PIN (llama-cpp-python version, default 0.3.36), PEER_IK_PIN
+# (ik-llama-cpp-python version, default 0.1.5), PEER_DIR (default build/peer), PIP
+# (default .venv/bin/pip, else python3 -m pip).
+# Nothing is fetched once build/peer/sdist holds the sdists.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PIN=${PEER_PIN:-0.3.36}
+IK_PIN=${PEER_IK_PIN:-0.1.5}
 PEER_DIR=${PEER_DIR:-$ROOT/build/peer}
-VARIANTS="gcc clang"
+VARIANTS="gcc clang ik"
 JOBS=$(nproc)
 MODEL=""
 TARGETS=(llama-bench llama-batched-bench llama-completion)
@@ -51,21 +58,39 @@ done
 
 log() { printf '[peer %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# --- 1. the pinned source ------------------------------------------------------------
-SDIST=$PEER_DIR/sdist/llama_cpp_python-$PIN.tar.gz
-if [[ ! -f $SDIST ]]; then
-  if [[ -x $ROOT/.venv/bin/pip ]]; then PIP_CMD=("$ROOT/.venv/bin/pip"); else PIP_CMD=(python3 -m pip); fi
-  [[ -n ${PIP:-} ]] && PIP_CMD=("$PIP")
-  log "downloading the llama-cpp-python==$PIN sdist (pip download --no-binary :all:)"
-  mkdir -p "$PEER_DIR/sdist"
-  "${PIP_CMD[@]}" download --no-binary :all: --no-deps "llama-cpp-python==$PIN" -d "$PEER_DIR/sdist" >&2
-fi
-SRC_ROOT=$PEER_DIR/src/llama_cpp_python-$PIN
-SRC=$SRC_ROOT/vendor/llama.cpp
-if [[ ! -f $SRC/CMakeLists.txt ]]; then
-  log "extracting $SDIST"
-  mkdir -p "$PEER_DIR/src"
-  tar -xzf "$SDIST" -C "$PEER_DIR/src"
+# --- 1. the pinned sources ------------------------------------------------------------
+# fetch_sdist PACKAGE VERSION DIST_NAME VENDOR_DIR: the vendored tree of the package's sdist.
+fetch_sdist() {
+  local pkg=$1 ver=$2 dist=$3 vendor=$4
+  local sdist=$PEER_DIR/sdist/$dist-$ver.tar.gz
+  if [[ ! -f $sdist ]]; then
+    if [[ -x $ROOT/.venv/bin/pip ]]; then PIP_CMD=("$ROOT/.venv/bin/pip"); else PIP_CMD=(python3 -m pip); fi
+    [[ -n ${PIP:-} ]] && PIP_CMD=("$PIP")
+    log "downloading the $pkg==$ver sdist (pip download --no-binary :all:)"
+    mkdir -p "$PEER_DIR/sdist"
+    "${PIP_CMD[@]}" download --no-binary :all: --no-deps "$pkg==$ver" -d "$PEER_DIR/sdist" >&2
+  fi
+  local src=$PEER_DIR/src/$dist-$ver/vendor/$vendor
+  if [[ ! -f $src/CMakeLists.txt ]]; then
+    log "extracting $sdist"
+    mkdir -p "$PEER_DIR/src"
+    tar -xzf "$sdist" -C "$PEER_DIR/src"
+  fi
+  echo "$src"
+}
+SRC=$(fetch_sdist llama-cpp-python "$PIN" llama_cpp_python llama.cpp)
+IK_SRC=""
+if [[ " $VARIANTS " == *" ik "* ]]; then
+  IK_SRC=$(fetch_sdist ik-llama-cpp-python "$IK_PIN" ik_llama_cpp_python ik_llama.cpp)
+  # The sdist has common/build-info.cpp.in but not cmake/build-info-gen-cpp.cmake, which
+  # would write it from git: write it once here (newer than the .in, so the build's rule
+  # that would run the missing script is up to date).
+  if [[ ! -f $IK_SRC/common/build-info.cpp ]]; then
+    sed -e 's/@BUILD_NUMBER@/0/' -e "s/@BUILD_COMMIT@/ik-llama-cpp-python-$IK_PIN/" \
+        -e "s|@BUILD_COMPILER@|$(gcc --version | head -1)|" -e "s/@BUILD_TARGET@/$(gcc -dumpmachine)/" \
+        "$IK_SRC/common/build-info.cpp.in" >"$IK_SRC/common/build-info.cpp"
+    log "wrote $IK_SRC/common/build-info.cpp"
+  fi
 fi
 
 # --- 2. the AMX tile-config barrier (idempotent) -------------------------------------
@@ -125,26 +150,28 @@ EOF
 
 # --- 3. build ------------------------------------------------------------------------
 build_variant() {
-  local v=$1 cc cxx
+  local v=$1 cc cxx src=$SRC targets=("${TARGETS[@]}") examples=OFF
   case "$v" in
     gcc) cc=gcc; cxx=g++ ;;
     clang) cc=clang-14; cxx=clang++-14
            command -v clang-14 >/dev/null || { cc=clang; cxx=clang++; } ;;
+    ik) cc=gcc; cxx=g++; src=$IK_SRC; examples=ON  # its llama-bench and batched-bench are examples
+        targets=(); for t in "${TARGETS[@]}"; do [[ $t == llama-completion ]] && t=llama-cli; targets+=("$t"); done ;;
     *) echo "peer.sh: unknown variant $v" >&2; exit 2 ;;
   esac
   local dir=$PEER_DIR/$v
   log "$v: configuring ($($cxx --version | head -1)) in $dir"
-  cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=$SERVER \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=$SERVER \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_OPENSSL=OFF >"$dir.configure.log" 2>&1 ||
     { tail -30 "$dir.configure.log" >&2; exit 1; }
-  log "$v: building ${TARGETS[*]} with $JOBS jobs (log: $dir.build.log)"
+  log "$v: building ${targets[*]} with $JOBS jobs (log: $dir.build.log)"
   # Ninja's [n/N] lines, thinned to one every 25 steps, as progress.
   set +e
-  cmake --build "$dir" -j "$JOBS" --target "${TARGETS[@]}" 2>&1 | tee "$dir.build.log" |
+  cmake --build "$dir" -j "$JOBS" --target "${targets[@]}" 2>&1 | tee "$dir.build.log" |
     awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25 == 0) { split($1, a, /[\[\/\]]/); printf "[peer] %s: step %s of %s\n", v, a[2], a[3] > "/dev/stderr" } }' v="$v"
   local rc=${PIPESTATUS[0]}
   set -e
@@ -174,7 +201,7 @@ fi
 
 REPORT=$PEER_DIR/peer-report.md
 {
-  echo "# llama.cpp peer builds (llama-cpp-python==$PIN, vendor/llama.cpp)"
+  echo "# Peer builds: llama.cpp (llama-cpp-python==$PIN, vendor/llama.cpp)$([[ -n $IK_SRC ]] && echo ", ik_llama.cpp (ik-llama-cpp-python==$IK_PIN, vendor/ik_llama.cpp)")"
   echo
   echo "- CPU: $cpu_name; AMX in /proc/cpuinfo: ${cpu_amx:-none}"
   echo "- patch: \`$MARK\` in ggml/src/ggml-cpu/amx/mmq.cpp"
@@ -192,8 +219,13 @@ for v in $VARIANTS; do
   sysinfo="(no model)"; amxbuf="(no model)"; smoke="(no model)"
   if [[ -n $MODEL ]]; then
     set +e
-    "$dir/bin/llama-completion" -m "$MODEL" -p "Once upon a time" -n 4 -no-cnv -t 2 --no-warmup \
-      </dev/null >"$dir.smoke.log" 2>&1
+    if [[ $v == ik ]]; then
+      "$dir/bin/llama-cli" -m "$MODEL" -p "Once upon a time" -n 4 -t 2 -rtr --no-warmup \
+        </dev/null >"$dir.smoke.log" 2>&1
+    else
+      "$dir/bin/llama-completion" -m "$MODEL" -p "Once upon a time" -n 4 -no-cnv -t 2 --no-warmup \
+        </dev/null >"$dir.smoke.log" 2>&1
+    fi
     rc=$?
     set -e
     if grep -q 'AMX_INT8 = 1' "$dir.smoke.log"; then sysinfo=yes; else sysinfo=no; fi

@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "testing/tokens.h"
 
 namespace ts::kv {
 namespace {
 
-std::vector<int32_t> toks(int32_t first, int n) {
-  std::vector<int32_t> v;
-  for (int i = 0; i < n; ++i) v.push_back(first + i);
-  return v;
-}
+using testing::toks;
 
 TEST(BlockPool, AllocateUntilNoRoomThenRelease) {
   BlockPool p(4, 16);

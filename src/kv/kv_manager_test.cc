@@ -8,15 +8,12 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "testing/tokens.h"
 
 namespace ts::kv {
 namespace {
 
-std::vector<int32_t> toks(int32_t first, int n) {
-  std::vector<int32_t> v;
-  for (int i = 0; i < n; ++i) v.push_back(first + i);
-  return v;
-}
+using testing::toks;
 
 KvManager make(int32_t n_blocks, int32_t bs = 4) {
   KvOptions o;
