@@ -2,7 +2,8 @@
 """Batched decoding side by side (issue 4; bench/batched.sh runs this).
 
 For each model, the peers' `llama-batched-bench` (llama.cpp: build/peer/gcc; ik_llama.cpp:
-build/peer/ik, with its best CPU settings: run-time repack -rtr, flash attention -fa 1) and
+build/peer/ik, with run-time repack -rtr; its flash attention aborts with two or more
+sequences in the pinned version, so -fa 0) and
 `tierserve batched-bench` with the same arguments (-npp 128 -ntg 128, -t THREADS):
   1. one pass of each over -npl 1,2,4,8,16;
   2. REPS alternating passes of each at -npl 16 (the target's cell), medians.
@@ -95,7 +96,10 @@ def main():
             name = f"{shape} {typ}"
         cmds = {}
         for p, e in zip(peers, engines):
-            extra = ["-rtr", "-fa", "1"] if p == "ik" else []
+            # ik_llama.cpp's flash attention aborts with two or more sequences of their own
+            # (ik-llama-cpp-python 0.1.5: GGML_ASSERT(S > 0), ggml/src/iqk/fa/iqk_fa_templates.h
+            # line 1157; one shared prompt, -pps, runs), so its batched runs go without it.
+            extra = ["-rtr", "-fa", "0"] if p == "ik" else []
             cmds[e] = [os.path.join(args.peer_dir, p, "bin", "llama-batched-bench"), "-m", path, "-c", "8192",
                        "-b", "2048", "-ub", "512"] + extra + common
         cmds["tierserve"] = [args.tierserve, "batched-bench", "-m", path] + common
@@ -113,7 +117,7 @@ def main():
         tg = "; ".join(f"{e} " + "/".join(f"{x[2]:.0f}" for x in samples[e]) for e in engines)
         lines.append(f"|  | (S_TG per pass: {tg}) |" + " |" * (len(head) - 2))
     lines.append("")
-    lines.append(f"{args.threads} threads, -npp 128 -ntg 128" + ("; ik_llama.cpp -rtr -fa 1" if "ik" in peers else "") +
+    lines.append(f"{args.threads} threads, -npp 128 -ntg 128" + ("; ik_llama.cpp -rtr -fa 0 (its -fa 1 aborts with 2+ sequences)" if "ik" in peers else "") +
                  f"; load average at the end: {loadavg()}; read bandwidth (kernels_bench roofline/read) at the "
                  f"start: {bw_start}, at the end: {read_bandwidth()}.")
     table = "\n".join(lines)

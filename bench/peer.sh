@@ -82,14 +82,21 @@ SRC=$(fetch_sdist llama-cpp-python "$PIN" llama_cpp_python llama.cpp)
 IK_SRC=""
 if [[ " $VARIANTS " == *" ik "* ]]; then
   IK_SRC=$(fetch_sdist ik-llama-cpp-python "$IK_PIN" ik_llama_cpp_python ik_llama.cpp)
-  # The sdist has common/build-info.cpp.in but not cmake/build-info-gen-cpp.cmake, which
-  # would write it from git: write it once here (newer than the .in, so the build's rule
-  # that would run the missing script is up to date).
-  if [[ ! -f $IK_SRC/common/build-info.cpp ]]; then
-    sed -e 's/@BUILD_NUMBER@/0/' -e "s/@BUILD_COMMIT@/ik-llama-cpp-python-$IK_PIN/" \
-        -e "s|@BUILD_COMPILER@|$(gcc --version | head -1)|" -e "s/@BUILD_TARGET@/$(gcc -dumpmachine)/" \
-        "$IK_SRC/common/build-info.cpp.in" >"$IK_SRC/common/build-info.cpp"
-    log "wrote $IK_SRC/common/build-info.cpp"
+  # The sdist has common/build-info.cpp.in but not common/cmake/build-info-gen-cpp.cmake,
+  # the script the build runs to write common/build-info.cpp (from git, upstream): supply
+  # one that fills the template with the pinned version instead.
+  GEN=$IK_SRC/common/cmake/build-info-gen-cpp.cmake
+  if [[ ! -f $GEN ]]; then
+    mkdir -p "$(dirname "$GEN")"
+    cat >"$GEN" <<EOF
+# Written by tierserve's bench/peer.sh: the ik-llama-cpp-python sdist does not ship this.
+set(BUILD_NUMBER 0)
+set(BUILD_COMMIT "ik-llama-cpp-python-$IK_PIN")
+set(BUILD_COMPILER "\${CMAKE_C_COMPILER_ID} \${CMAKE_C_COMPILER_VERSION}")
+set(BUILD_TARGET "$(gcc -dumpmachine)")
+configure_file("\${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in" "\${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp")
+EOF
+    log "wrote $GEN"
   fi
 fi
 
@@ -231,7 +238,7 @@ for v in $VARIANTS; do
     if grep -q 'AMX_INT8 = 1' "$dir.smoke.log"; then sysinfo=yes; else sysinfo=no; fi
     if grep -qi 'AMX.*buffer' "$dir.smoke.log"; then amxbuf=yes; else amxbuf=no; fi
     case $rc in
-      0) smoke="ok (llama-completion, q8_0)" ;;
+      0) smoke="ok ($([[ $v == ik ]] && echo llama-cli || echo llama-completion), q8_0)" ;;
       132) smoke="SIGILL" ;;
       *) smoke="exit $rc (see $dir.smoke.log)" ;;
     esac
