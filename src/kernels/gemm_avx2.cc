@@ -29,6 +29,15 @@ TS_INLINE __m256i bcast32(const void* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
+// Requests every cache line of the next K-quant group (a few KiB) while this one computes:
+// during decode the out-of-order window alone keeps too few DRAM reads in flight (as in
+// gemm_avx512.cc). Only the first half of a panel's rows needs it: the second reads the
+// groups again from cache.
+template <int kBytes>
+TS_INLINE void prefetch_group(const uint8_t* g) {
+  for (int off = 0; off < kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
+}
+
 TS_INLINE __m256i load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -175,6 +184,7 @@ void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
       const uint8_t* g = panel + sb * kG;
+      if (half == 0) prefetch_group<kG>(g + kG);
       __m256i isum[T];
       TS_UNROLL
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
@@ -252,6 +262,7 @@ void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float*
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
       const uint8_t* g = panel + sb * pq6_k::kBytes;
+      if (half == 0) prefetch_group<pq6_k::kBytes>(g + pq6_k::kBytes);
       __m256i isum[T];
       TS_UNROLL
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
