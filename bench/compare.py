@@ -13,7 +13,7 @@ For each model (random weights from `tierserve make-model`, real shapes) and thr
   baseline   with --baseline BIN: the same runs of a second tierserve build (e.g. the
              previous commit's), alternating with the first in ABBA order
 the repetitions of the engines alternating, and prints a markdown table of medians
-(tok/s), the ratio to the best peer build, and
+(tok/s), tierserve's ratio to the best llama.cpp build and to ik_llama.cpp, and
 decode's achieved bandwidth (weight bytes x tok/s) against the peak tierserve measures.
 Raw results go to OUT/results.jsonl, the table to OUT/table.md.
 """

@@ -112,6 +112,16 @@ TEST(ExternalKv, ExternalBlocksEqualOwnBlocks) {
     EXPECT_EQ(r.seqs[0].outcome, SeqOutcome::kInvalid);
     EXPECT_FALSE(r.seqs[0].error.empty());
   }
+  // A copy outside the cache refuses the whole step (a table that is fine included).
+  bad.kv = {engine::SeqKv{0, one_block, {}}};
+  bad.copies = {{0, 99}};
+  {
+    const engine::StepResult r = (*b)->step(bad);
+    EXPECT_EQ(r.seqs[0].outcome, SeqOutcome::kInvalid);
+    EXPECT_NE(r.seqs[0].error.find("outside the KV cache"), std::string::npos) << r.seqs[0].error;
+  }
+  bad.copies.clear();
+  EXPECT_EQ((*b)->step(bad).seqs[0].outcome, SeqOutcome::kOk);
   // ... and an engine that owns its blocks refuses a table.
   engine::StepPlan given;
   given.seqs.push_back({1, {5}, 1, -1, false});

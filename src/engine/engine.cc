@@ -238,8 +238,16 @@ StepResult Engine::step(const StepPlan& plan) {
   ids.reserve(plan.seqs.size());
   const int64_t bs = opts_.block_size, n_kv_blocks = kv_->n_blocks();
   std::vector<kv::BlockCopy> copies;
+  // The caller's copies (external_kv) must name blocks of this cache; one that does not
+  // (or copies given to an engine that makes its own) refuses the whole step: computing
+  // on a block that was not copied would read another sequence's KV.
+  std::string bad_copies;
   for (const auto& [src, dst] : plan.copies) {
-    if (!kvm_ && src >= 0 && dst >= 0 && src < n_kv_blocks && dst < n_kv_blocks) copies.push_back({src, dst});
+    if (kvm_) bad_copies = "block copies given to an engine that manages its own KV";
+    else if (src < 0 || dst < 0 || src >= n_kv_blocks || dst >= n_kv_blocks)
+      bad_copies = "copy of block " + std::to_string(src) + " to " + std::to_string(dst) + " outside the KV cache's " +
+                   std::to_string(n_kv_blocks) + " blocks";
+    else copies.push_back({src, dst});
   }
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const SeqStep& st = plan.seqs[i];
@@ -252,6 +260,10 @@ StepResult Engine::step(const StepPlan& plan) {
     };
     if (!s) {
       invalid("unknown");
+      continue;
+    }
+    if (!bad_copies.empty()) {
+      invalid(bad_copies);
       continue;
     }
     if (kvm_ ? !plan.kv.empty() : plan.kv.size() != plan.seqs.size()) {

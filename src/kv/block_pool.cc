@@ -205,6 +205,7 @@ void BlockPool::unregister(int32_t b) {
 }
 
 void BlockPool::drop_registration(int32_t b) {
+  ++n_dropped_;
   auto [it, end] = table_.equal_range(hash_[size_t(b)]);
   for (; it != end; ++it)
     if (it->second == b) {

@@ -85,17 +85,27 @@ std::span<const int32_t> KvManager::tokens(SeqKey id) const {
 }
 
 int64_t KvManager::match_prefix(uint64_t isolation_key, std::span<const int32_t> tokens, int64_t max_tokens) const {
+  PrefixProbe probe;
+  return match_prefix(isolation_key, tokens, max_tokens, &probe);
+}
+
+int64_t KvManager::match_prefix(uint64_t isolation_key, std::span<const int32_t> tokens, int64_t max_tokens,
+                                PrefixProbe* probe) const {
   if (!opts_.prefix_cache || tokens.size() < 2) return 0;
   const int64_t bs = opts_.block_size;
   const int64_t n_full = std::min<int64_t>((int64_t(tokens.size()) - 1) / bs, max_tokens / bs);
-  uint64_t parent = root_hash(isolation_key);
-  int64_t i = 0;
-  for (; i < n_full; ++i) {
-    const std::span<const int32_t> blk = tokens.subspan(size_t(i * bs), size_t(bs));
-    if (pool_.lookup(parent, blk) < 0) break;
-    parent = prefix_block_hash(parent, blk);
+  if (probe->n_dropped != pool_.n_dropped() || probe->n_tokens > n_full * bs) {
+    probe->n_tokens = 0;
+    probe->parent = root_hash(isolation_key);
+    probe->n_dropped = pool_.n_dropped();
   }
-  return i * bs;
+  for (int64_t i = probe->n_tokens / bs; i < n_full; ++i) {
+    const std::span<const int32_t> blk = tokens.subspan(size_t(i * bs), size_t(bs));
+    if (pool_.lookup(probe->parent, blk) < 0) break;
+    probe->parent = prefix_block_hash(probe->parent, blk);
+    probe->n_tokens = (i + 1) * bs;
+  }
+  return probe->n_tokens;
 }
 
 int64_t KvManager::reuse_prefix(SeqKey id, std::span<const int32_t> tokens, int64_t max_tokens) {

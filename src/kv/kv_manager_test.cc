@@ -66,6 +66,27 @@ TEST(KvManager, PrefixHitIsKnownBeforeAndTakenAtReuse) {
   EXPECT_TRUE(m.check_consistency());
 }
 
+// A probe resumes an earlier match: it sees blocks registered since, and starts over when
+// a registration was dropped (a block reclaimed), never reporting a prefix that is gone.
+TEST(KvManager, AProbeResumesAndStartsOverWhenABlockIsDropped) {
+  KvManager m = make(4);
+  const std::vector<int32_t> prompt = toks(3, 13);  // three full blocks of 4, then one token
+  KvManager::PrefixProbe probe;
+  ASSERT_TRUE(m.add(1, 0));
+  ASSERT_TRUE(m.reserve(1, 4, nullptr));
+  m.commit(1, std::span<const int32_t>(prompt).first(4), 4);
+  EXPECT_EQ(m.match_prefix(0, prompt, 1 << 20, &probe), 4);
+  ASSERT_TRUE(m.reserve(1, 4, nullptr));
+  m.commit(1, std::span<const int32_t>(prompt).subspan(4, 4), 4);
+  EXPECT_EQ(m.match_prefix(0, prompt, 1 << 20, &probe), 8);  // resumed: the new block found
+  EXPECT_EQ(m.match_prefix(0, prompt, 1 << 20), 8);          // as a fresh match says
+  m.remove(1);                                                // both blocks cached now
+  ASSERT_TRUE(m.add(2, 0));
+  ASSERT_TRUE(m.reserve(2, 16, nullptr));                     // reclaims both cached blocks
+  EXPECT_EQ(m.match_prefix(0, prompt, 1 << 20, &probe), 0);
+  EXPECT_EQ(m.match_prefix(0, prompt, 1 << 20), 0);
+}
+
 TEST(KvManager, ForkSharesAndTheWriterCopies) {
   KvManager m = make(8);
   ASSERT_TRUE(m.add(1, 0));

@@ -203,9 +203,11 @@ int64_t Scheduler::place(StepCtx& c, Candidate& cand, int64_t n, bool may_preemp
 }
 
 // A queued request's cached prefix (tokens), seen before it is planned; 0 without ids.
-int64_t Scheduler::prefix_hit(const Req& q) const {
+// Asked every step while it waits: the match resumes where the last one ended unless a
+// cached block was dropped since (tokens only ever grow, so the matched part stays).
+int64_t Scheduler::prefix_hit(Req& q) const {
   if (q.state != RequestState::kQueued || q.n_computed != 0 || !q.has_ids) return 0;
-  return kv_.match_prefix(q.r.isolation_key, q.r.tokens, kUnlimited);
+  return kv_.match_prefix(q.r.isolation_key, q.r.tokens, kUnlimited, &q.probe);
 }
 
 // A starting request takes its cached prefix now (the blocks are retained for it: no

@@ -71,6 +71,9 @@ class BlockPool {
   // Forgets b's registration (its contents are about to change).
   void unregister(int32_t b);
   bool is_registered(int32_t b) const { return registered_[size_t(b)] != 0; }
+  // Registrations dropped so far (reclaimed, unregistered, cleared): while it stays the
+  // same, every block registered before is still findable (a prefix match can resume).
+  uint64_t n_dropped() const { return n_dropped_; }
   // Drops every cached block (they become free); used blocks keep their registration.
   void clear_cache();
 
@@ -115,6 +118,7 @@ class BlockPool {
   std::vector<int32_t> prev_, next_;
   int32_t lru_head_ = -1, lru_tail_ = -1;
   int32_t n_cached_ = 0;
+  uint64_t n_dropped_ = 0;
 };
 
 }  // namespace ts::kv

@@ -73,6 +73,16 @@ class KvManager {
   // in tokens, leaving at least the last token to compute (it yields the logits) and at
   // most max_tokens. Nothing is retained: a planner's estimate.
   int64_t match_prefix(uint64_t isolation_key, std::span<const int32_t> tokens, int64_t max_tokens) const;
+  // The same, resuming from an earlier match of the same tokens when no registration was
+  // dropped since (a planner asks every step while a request waits: the blocks it matched
+  // before are still there, so only the blocks after them are hashed again).
+  struct PrefixProbe {
+    int64_t n_tokens = 0;   // matched so far
+    uint64_t parent = 0;    // the chained hash after them
+    uint64_t n_dropped = ~uint64_t(0);  // BlockPool::n_dropped() then; ~0: none yet
+  };
+  int64_t match_prefix(uint64_t isolation_key, std::span<const int32_t> tokens, int64_t max_tokens,
+                       PrefixProbe* probe) const;
   // For a sequence holding nothing: attaches those cached blocks. Returns n_computed.
   int64_t reuse_prefix(SeqKey id, std::span<const int32_t> tokens, int64_t max_tokens);
 

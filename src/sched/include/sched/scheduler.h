@@ -131,6 +131,7 @@ class Scheduler {
     int32_t steps_behind = 0, steps_behind_late = 0;  // RequestInfo::steps_behind*
     int64_t queued_tokens = 0;  // what it adds to its tier's queued_tokens while queued
     bool has_ids = false;       // r.tokens holds the known tokens (prompt, then outputs)
+    kv::KvManager::PrefixProbe probe;  // its cached prefix as last matched (prefix_hit)
 
     int64_t n_known() const { return r.n_prompt_tokens + n_generated; }
     int64_t remaining() const { return n_known() - n_computed; }
@@ -179,7 +180,7 @@ class Scheduler {
   void preempt(StepCtx& c, Req& q, Reason reason);
   bool attach_prefix(StepCtx& c, Candidate& cand);
   void detach_prefix(StepCtx& c, Candidate& cand);
-  int64_t prefix_hit(const Req& q) const;
+  int64_t prefix_hit(Req& q) const;
   void break_deadlock(StepCtx& c);
   void finish_plan(StepCtx& c, Plan& plan);
   int32_t kv_in_use() const;
