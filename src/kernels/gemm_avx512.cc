@@ -55,6 +55,8 @@ TS_INLINE __m512i dpbusd(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbu
 // too): on Zen 5 single-token matvecs ran Q4_K +17-60%, Q5_K +18-31%, Q6_K +20-35% faster
 // than with only the current group requested (kernels_bench matvec/<type>/avx512/
 // {896x4864,4096x2048}/t1, 3 alternating runs), which Zen 4 had measured fastest.
+// Two groups ahead measured +10-15% (Q4_K, Q6_K) on Zen 5 but 5-15% slower for Q4_K on
+// Zen 4 (read bandwidth 17.6 GB/s at 1 thread that day; 5 alternating runs each), so one.
 template <int kBytes>
 TS_INLINE void prefetch_group(const uint8_t* g) {
   TS_UNROLL
