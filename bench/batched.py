@@ -59,6 +59,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--npl", default="1,2,4,8,16")
+    ap.add_argument("--isa", default="native", choices=["native", "avx2"],
+                    help="avx2: the peers' AVX2 builds (bench/peer.sh --isa avx2, build/peer/<peer>-avx2) "
+                         "against TIERSERVE_ISA=avx2")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results",
                                                   "bb-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")))
     args = ap.parse_args()
@@ -67,9 +70,13 @@ def main():
     raw = os.path.join(args.out, "raw.txt")
     peers = [p for p in args.peers.split(",") if p]
     names = {"ik": "ik_llama.cpp"}
+    suffix = "" if args.isa == "native" else "-" + args.isa
+    if args.isa != "native":
+        os.environ["TIERSERVE_ISA"] = args.isa  # tierserve's runs inherit it
     for p in peers:
-        if not os.access(os.path.join(args.peer_dir, p, "bin", "llama-batched-bench"), os.X_OK):
-            sys.exit(f"batched: no {args.peer_dir}/{p}/bin/llama-batched-bench: run bench/peer.sh first")
+        if not os.access(os.path.join(args.peer_dir, p + suffix, "bin", "llama-batched-bench"), os.X_OK):
+            sys.exit(f"batched: no {args.peer_dir}/{p + suffix}/bin/llama-batched-bench: run bench/peer.sh"
+                     + (f" --isa {args.isa}" if suffix else "") + " first")
     bw_start = read_bandwidth()
     common = ["-npp", "128", "-ntg", "128", "-t", str(args.threads)]
     engines = [names.get(p, "llama.cpp") for p in peers] + ["tierserve"]
@@ -100,7 +107,7 @@ def main():
             # (ik-llama-cpp-python 0.1.5: GGML_ASSERT(S > 0), ggml/src/iqk/fa/iqk_fa_templates.h
             # line 1157; one shared prompt, -pps, runs), so its batched runs go without it.
             extra = ["-rtr", "-fa", "0"] if p == "ik" else []
-            cmds[e] = [os.path.join(args.peer_dir, p, "bin", "llama-batched-bench"), "-m", path, "-c", "8192",
+            cmds[e] = [os.path.join(args.peer_dir, p + suffix, "bin", "llama-batched-bench"), "-m", path, "-c", "8192",
                        "-b", "2048", "-ub", "512"] + extra + common
         cmds["tierserve"] = [args.tierserve, "batched-bench", "-m", path] + common
         log(f"{name}: -npl {args.npl}")
@@ -117,7 +124,7 @@ def main():
         tg = "; ".join(f"{e} " + "/".join(f"{x[2]:.0f}" for x in samples[e]) for e in engines)
         lines.append(f"|  | (S_TG per pass: {tg}) |" + " |" * (len(head) - 2))
     lines.append("")
-    lines.append(f"{args.threads} threads, -npp 128 -ntg 128" + ("; ik_llama.cpp -rtr -fa 0 (its -fa 1 aborts with 2+ sequences)" if "ik" in peers else "") +
+    lines.append(f"{args.threads} threads, -npp 128 -ntg 128" + (f"; every engine on its {args.isa} code" if suffix else "") + ("; ik_llama.cpp -rtr -fa 0 (its -fa 1 aborts with 2+ sequences)" if "ik" in peers else "") +
                  f"; load average at the end: {loadavg()}; read bandwidth (kernels_bench roofline/read) at the "
                  f"start: {bw_start}, at the end: {read_bandwidth()}.")
     table = "\n".join(lines)

@@ -10,6 +10,9 @@ For each model (random weights from `tierserve make-model`, real shapes) and thr
              a 1-token prompt + N_GEN tokens (decode at depth 0) and an N_PROMPT-token
              prompt + N_GEN tokens (prompt processing at depth 0, and decode after a
              prompt of N_PROMPT tokens, i.e. llama-bench's tg at depth N_PROMPT)
+  --isa avx2 every engine on its AVX2 code: the peers' AVX2 builds (bench/peer.sh --isa avx2:
+             build/peer/<peer>-avx2) and tierserve with TIERSERVE_ISA=avx2, so an AVX-512
+             machine measures what an AVX2-only CPU runs
   baseline   with --baseline BIN: the same runs of a second tierserve build (e.g. the
              previous commit's), alternating with the first in ABBA order
 the repetitions of the engines alternating, and prints a markdown table of medians
@@ -107,6 +110,40 @@ def weight_bytes(path):
         n_rows = int(embd.shape[-1])  # gguf-py gives GGUF order: [n_embd, n_vocab]
         total -= int(embd.n_bytes) - int(embd.n_bytes) // n_rows
     return total
+
+
+def kv_layers(path):
+    """What a decode step reads of the KV per cached token: per layer (K + V bytes per token
+    at F16, the cache type of all three engines; sliding window or None), from the GGUF."""
+    from gguf import GGUFReader
+    fields = GGUFReader(path).fields
+
+    def val(key, default=None):
+        f = fields.get(key)
+        return default if f is None else f.contents()
+
+    arch = val("general.architecture")
+    n_layer = int(val(f"{arch}.block_count"))
+    n_head = val(f"{arch}.attention.head_count")
+    n_kv = val(f"{arch}.attention.head_count_kv", n_head)
+    n_embd = int(val(f"{arch}.embedding_length"))
+    per_layer = lambda x, i: int(x[i] if isinstance(x, list) else x)
+    window = val(f"{arch}.attention.sliding_window")
+    pattern = val(f"{arch}.attention.sliding_window_pattern", 6 if arch == "gemma3" else None)
+    layers = []
+    for i in range(n_layer):
+        k_len = int(val(f"{arch}.attention.key_length", n_embd // per_layer(n_head, i)))
+        v_len = int(val(f"{arch}.attention.value_length", k_len))
+        local = window is not None and (isinstance(pattern, list) and pattern[i] or
+                                        isinstance(pattern, int) and (i + 1) % pattern != 0)
+        layers.append((2 * per_layer(n_kv, i) * (k_len + v_len), int(window) if local else None))
+    return layers
+
+
+def kv_bytes(layers, depth, n_gen):
+    """The KV bytes one decode step reads on average over n_gen steps after depth tokens."""
+    ctx = depth + (n_gen + 1) / 2
+    return sum(b * (min(ctx, w) if w else ctx) for b, w in layers)
 
 
 def prompt_of_tokens(path, n_tokens, tierserve=None):
@@ -214,6 +251,8 @@ def main():
     ap.add_argument("--baseline", default="",
                     help="another tierserve binary (e.g. the previous commit's build) run alternating with "
                          "--tierserve and reported beside it with the ratio tierserve / baseline")
+    ap.add_argument("--isa", default="native", choices=["native", "avx2"],
+                    help="avx2: the peers' AVX2 builds (bench/peer.sh --isa avx2) against TIERSERVE_ISA=avx2")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--skip-tierserve", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-results",
@@ -223,9 +262,13 @@ def main():
     os.makedirs(args.models_dir, exist_ok=True)
     threads = [int(t) for t in args.threads.split(",")]
     peers = [] if args.skip_peer else [p for p in args.peers.split(",") if p]
+    suffix = "" if args.isa == "native" else "-" + args.isa
+    if args.isa != "native":
+        os.environ["TIERSERVE_ISA"] = args.isa  # tierserve's runs inherit it
     for p in peers:
-        if not os.access(os.path.join(args.peer_dir, p, "bin", "llama-bench"), os.X_OK):
-            sys.exit(f"compare: no {args.peer_dir}/{p}/bin/llama-bench: run bench/peer.sh first")
+        if not os.access(os.path.join(args.peer_dir, p + suffix, "bin", "llama-bench"), os.X_OK):
+            sys.exit(f"compare: no {args.peer_dir}/{p + suffix}/bin/llama-bench: run bench/peer.sh"
+                     + (f" --isa {args.isa}" if suffix else "") + " first")
     if not os.access(args.tierserve, os.X_OK):
         sys.exit(f"compare: no tierserve binary at {args.tierserve}")
 
@@ -244,6 +287,7 @@ def main():
             model = make_model(args.tierserve, args.models_dir, arch, shape, typ)
             label = f"{shape} {typ}"
         wbytes = weight_bytes(model)
+        kv = kv_layers(model)
         prompt = short = None
         if not args.skip_tierserve:
             prompt, n = prompt_of_tokens(model, args.n_prompt, args.tierserve)
@@ -263,7 +307,7 @@ def main():
             for rep in range(1, args.reps + 1):
                 for p in peers:
                     log(f"{label} t={t} rep {rep}: {peer_name(p)} (load {loadavg()})")
-                    bench = os.path.join(args.peer_dir, p, "bin", "llama-bench")
+                    bench = os.path.join(args.peer_dir, p + suffix, "bin", "llama-bench")
                     out, cmd = run_ik(bench, model, t, args, 1) if p == "ik" else run_peer(bench, model, t, args, args.fa, 1)
                     for r in out:
                         samples.setdefault((r["test"], r["depth"]), {}).setdefault(peer_name(p), []).extend(r["samples"])
@@ -285,7 +329,7 @@ def main():
             res = {key: {e: median(v) for e, v in by_engine.items()} for key, by_engine in samples.items()}
             raw.flush()
             for (test, depth), v in sorted(res.items(), key=lambda kv: (kv[0][0][:2] != "pp", kv[0][1])):
-                rows.append((label, t, test, depth, v, wbytes))
+                rows.append((label, t, test, depth, v, wbytes + (kv_bytes(kv, depth, args.n_gen) if depth else 0)))
 
     engines = [peer_name(p) for p in peers] + ([] if args.skip_tierserve else ["tierserve"])
     llama_peers = [peer_name(p) for p in peers if p != "ik"]
@@ -327,9 +371,11 @@ def main():
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
-    note = (f"\nMedians of {args.reps} runs; llama-bench -fa {args.fa}" + ("; ik_llama.cpp -fa 1 -rtr 1" if has_ik else "") +
-            f"; tierserve --fa {args.ts_fa}; decode GB/s counts the weight bytes a step reads "
-            f"(an untied embedding: one row; KV reads at depth add to it). Load average at the end: {loadavg()}. Read bandwidth "
+    isa_note = "" if args.isa == "native" else f"; every engine on its {args.isa} code (peers built --isa {args.isa}, TIERSERVE_ISA={args.isa})"
+    note = (f"\nMedians of {args.reps} runs{isa_note}; llama-bench -fa {args.fa}" + ("; ik_llama.cpp -fa 1 -rtr 1" if has_ik else "") +
+            f"; tierserve --fa {args.ts_fa}; decode GB/s counts the bytes a step reads: the weights (an untied "
+            f"embedding: one row) and, at depth, the F16 KV of the cached tokens (on average over the run; a "
+            f"sliding-window layer its window). Load average at the end: {loadavg()}. Read bandwidth "
             f"(kernels_bench roofline/read) at the start: {bw_start}; at the end: {read_bandwidth()}.\n")
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n" + note)

@@ -20,7 +20,12 @@
 # address, so the stores must happen before it. The script checks that on a code snippet
 # (GCC 12 output with and without the barrier) even on CPUs without AMX.
 #
-# Usage: bench/peer.sh [--variants "gcc clang ik"] [--jobs N] [--model FILE.gguf] [--with-server]
+# Usage: bench/peer.sh [--variants "gcc clang ik"] [--isa avx2] [--jobs N] [--model FILE.gguf] [--with-server]
+#   --isa avx2  build for AVX2 instead of -march=native (GGML_NATIVE=OFF with AVX, AVX2, FMA,
+#             F16C and BMI2 on, AVX-512 and AVX-VNNI off: what an AVX2-only CPU such as Zen 3
+#             gets) into build/peer/<variant>-avx2; bench/compare.sh --isa avx2 runs these
+#             against tierserve's AVX2 kernels (TIERSERVE_ISA=avx2), so an AVX-512 machine
+#             measures the AVX2 paths of all three engines
 #   --model   a GGUF to smoke-test both builds with (default: a tiny q8_0 from make-model
 #             when $TIERSERVE, default build/bin/tierserve, exists)
 #   --with-server  also build llama-server (for `tierserve bench --compare-url`), without
@@ -43,11 +48,13 @@ MODEL=""
 TARGETS=(llama-bench llama-batched-bench llama-completion)
 SERVER=OFF
 SERVER_ONLY=0
+ISA=native
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --variants) VARIANTS=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
+    --isa) ISA=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
     --with-server) SERVER=ON; TARGETS+=(llama-server); shift ;;
     --server-only) SERVER=ON; TARGETS=(llama-server); VARIANTS=gcc; SERVER_ONLY=1; shift ;;
@@ -57,6 +64,15 @@ while [[ $# -gt 0 ]]; do
 done
 
 log() { printf '[peer %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+case $ISA in
+  native) ISA_SUFFIX=""; ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) ISA_SUFFIX="-avx2"
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                   -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+                   -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+  *) echo "peer.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;
+esac
 
 # --- 1. the pinned sources ------------------------------------------------------------
 # fetch_sdist PACKAGE VERSION DIST_NAME VENDOR_DIR: the vendored tree of the package's sdist.
@@ -166,16 +182,16 @@ build_variant() {
         targets=(); for t in "${TARGETS[@]}"; do [[ $t == llama-completion ]] && t=llama-cli; targets+=("$t"); done ;;
     *) echo "peer.sh: unknown variant $v" >&2; exit 2 ;;
   esac
-  local dir=$PEER_DIR/$v
-  log "$v: configuring ($($cxx --version | head -1)) in $dir"
+  local dir=$PEER_DIR/$v$ISA_SUFFIX
+  log "$v$ISA_SUFFIX: configuring ($($cxx --version | head -1)) in $dir"
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-    -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    "${ISA_FLAGS[@]}" -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples -DLLAMA_BUILD_SERVER=$SERVER \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_OPENSSL=OFF >"$dir.configure.log" 2>&1 ||
     { tail -30 "$dir.configure.log" >&2; exit 1; }
-  log "$v: building ${targets[*]} with $JOBS jobs (log: $dir.build.log)"
+  log "$v$ISA_SUFFIX: building ${targets[*]} with $JOBS jobs (log: $dir.build.log)"
   # Ninja's [n/N] lines, thinned to one every 25 steps, as progress.
   set +e
   cmake --build "$dir" -j "$JOBS" --target "${targets[@]}" 2>&1 | tee "$dir.build.log" |
@@ -183,7 +199,7 @@ build_variant() {
   local rc=${PIPESTATUS[0]}
   set -e
   if [[ $rc -ne 0 ]]; then grep -E "error|FAILED" "$dir.build.log" | head -20 >&2; exit 1; fi
-  log "$v: built"
+  log "$v$ISA_SUFFIX: built"
 }
 
 if [[ $SERVER_ONLY == 1 ]]; then
@@ -206,7 +222,7 @@ if [[ -z $MODEL && -x $TIERSERVE ]]; then
   [[ -f $MODEL ]] || "$TIERSERVE" make-model --arch llama --shape tiny --type q8_0 -o "$MODEL" 2>/dev/null || MODEL=""
 fi
 
-REPORT=$PEER_DIR/peer-report.md
+REPORT=$PEER_DIR/peer-report$ISA_SUFFIX.md
 {
   echo "# Peer builds: llama.cpp (llama-cpp-python==$PIN, vendor/llama.cpp)$([[ -n $IK_SRC ]] && echo ", ik_llama.cpp (ik-llama-cpp-python==$IK_PIN, vendor/ik_llama.cpp)")"
   echo
@@ -219,7 +235,7 @@ REPORT=$PEER_DIR/peer-report.md
 
 for v in $VARIANTS; do
   build_variant "$v"
-  dir=$PEER_DIR/$v
+  dir=$PEER_DIR/$v$ISA_SUFFIX
   cxx=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$dir/CMakeCache.txt" | cut -d= -f2)
   native_amx=$("$cxx" -march=native -dM -E -x c++ /dev/null | grep -c '__AMX_INT8__' || true)
   codegen=$(amx_codegen_check "$cxx")
@@ -243,7 +259,7 @@ for v in $VARIANTS; do
       *) smoke="exit $rc (see $dir.smoke.log)" ;;
     esac
   fi
-  echo "| $v | $("$cxx" --version | head -1) | $([[ $native_amx -gt 0 ]] && echo yes || echo no) | $sysinfo | $amxbuf | $codegen | $smoke |" >>"$REPORT"
+  echo "| $v$ISA_SUFFIX | $("$cxx" --version | head -1) | $([[ $native_amx -gt 0 ]] && echo yes || echo no) | $sysinfo | $amxbuf | $codegen | $smoke |" >>"$REPORT"
 done
 
 if [[ -z $cpu_amx ]]; then
