@@ -33,16 +33,22 @@ void tiled_group_avx512(const float* const* q, const int64_t* n_kv, const int64_
     detail::attention_tiled_avx2(q, n_kv, kv_begin, n_q, kv, layer, kv_head, seq, scale, out);
 }
 
+bool flash_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                      float scale) {
+  return detail::attention_seq_avx512(qs, n_q, kv, layer, seq, scale) ||
+         detail::attention_seq_avx2(qs, n_q, kv, layer, seq, scale);
+}
+
 constexpr OpsRow kRows[kNumOpsIsas] = {
     {OpsIsa::kScalar, detail::sum_squares8_scalar, detail::to_f16_scalar, detail::swiglu_scalar,
      detail::geglu_tanh_f16_scalar, detail::exp_shifted_scalar, detail::attention_head_scalar,
      detail::attention_group_scalar, tiled_group_scalar, no_flash_seq, no_tiled_seq},
     {OpsIsa::kAvx2, detail::sum_squares8_avx2, detail::to_f16_avx2, detail::swiglu_avx2, detail::geglu_tanh_f16_avx2,
      detail::exp_shifted_scalar, detail::attention_head_avx2, detail::attention_group_avx2, tiled_group_avx2,
-     no_flash_seq, no_tiled_seq},
+     detail::attention_seq_avx2, no_tiled_seq},
     {OpsIsa::kAvx512, detail::sum_squares8_avx2, detail::to_f16_avx2, detail::swiglu_avx512,
      detail::geglu_tanh_f16_avx2, detail::exp_shifted_avx512, detail::attention_head_avx2, flash_group_avx512,
-     tiled_group_avx512, detail::attention_seq_avx512, detail::attention_tiled_seq_avx512},
+     tiled_group_avx512, flash_seq_avx512, detail::attention_tiled_seq_avx512},
 };
 
 }  // namespace

@@ -143,7 +143,8 @@ TEST(OpsTable, TiledAttentionEqualsTheScalarRowBitForBit) {
 }
 
 TEST(OpsTable, FlashAttentionRowsAgreeAndAGroupIsItsQueries) {
-  for (int dim : {64, 80, 128})
+  // 8 and 40: dot products partly or wholly in the scalar tail; 256: Gemma 3's heads.
+  for (int dim : {8, 40, 64, 80, 128, 256})
     for (int n_q : {1, 4, kMaxGroupQueries}) {
       const int n_pos = 90;
       Cache c(dim, 2, n_pos, 16, uint64_t(dim * 3 + n_q));
@@ -170,6 +171,36 @@ TEST(OpsTable, FlashAttentionRowsAgreeAndAGroupIsItsQueries) {
         }
         if (isa == OpsIsa::kAvx2) avx2 = out;
         if (isa == OpsIsa::kAvx512) EXPECT_EQ(out, avx2) << "dim " << dim;
+      }
+    }
+}
+
+// A sequence's queries over several kv heads in one call (decode: every head of a token;
+// prompts: rows of different lengths) are each exactly flash_head's result.
+TEST(OpsTable, FlashSeqIsItsQueriesOverAnyHeads) {
+  for (int dim : {8, 40, 64, 128, 256})
+    for (int n_q : {1, 12, kMaxSeqQueries}) {
+      const int n_pos = 75, n_head_kv = 4;
+      Cache c(dim, n_head_kv, n_pos, 16, uint64_t(dim * 7 + n_q));
+      Queries qs(n_q, dim, n_pos, 13);
+      auto out = qs.outputs();
+      std::vector<AttnQuery> aq;
+      for (int i = 0; i < n_q; ++i)
+        aq.push_back({qs.qp[size_t(i)], out[size_t(i)].data(), qs.n_kv[size_t(i)], int32_t(i * n_head_kv / n_q)});
+      std::vector<uint16_t> scratch(size_t(attention_group_scratch_halves(c.kv->shape())));
+      const float scale = 1.0f / std::sqrt(float(dim));
+      for (OpsIsa isa : rows_here()) {
+        const OpsRow& row = ops_row(isa);
+        if (!row.flash_seq(aq.data(), n_q, *c.kv, 0, c.view, scale)) {
+          EXPECT_EQ(isa, OpsIsa::kScalar) << "dim " << dim;  // the vector rows take every size up to 256
+          continue;
+        }
+        for (int i = 0; i < n_q; ++i) {
+          std::vector<float> one(static_cast<size_t>(dim));
+          row.flash_head(qs.qp[size_t(i)], *c.kv, 0, aq[size_t(i)].kv_head, c.view, qs.n_kv[size_t(i)], scale,
+                         one.data(), scratch.data());
+          EXPECT_EQ(one, out[size_t(i)]) << ops_isa_name(isa) << " dim " << dim << " query " << i;
+        }
       }
     }
 }

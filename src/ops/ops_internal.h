@@ -45,6 +45,10 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                           int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
                           const int64_t* kv_begin = nullptr);
+// attention_seq in the flash numerics for head sizes up to 256 (false otherwise): each
+// query attention_head_avx2's result, the chains of all heads interleaved.
+bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
+                        float scale);
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 // rms_norm's sums of squares of 8 rows `stride` floats apart, each in its loop's order
 // (ops_avx2.cc).

@@ -82,10 +82,12 @@ void attention_head(const float* q, const KvCache& kv, int layer, int kv_head,
 // and converted once for all of them (GQA groups, several prompt tokens). At most
 // kMaxGroupQueries queries; `scratch` holds attention_group_scratch_halves halves.
 inline constexpr int kMaxGroupQueries = 16;
+inline constexpr int kAvx2AttnChunk = 8;  // keys whose scores the AVX2 kernel takes at once
 inline int64_t attention_group_scratch_halves(const KvShape& s) {
   const int64_t dk = (s.head_dim_k + 15) / 16 * 16, dv = (s.head_dim_v + 15) / 16 * 16;
-  const int64_t flash = kMaxGroupQueries * (int64_t(s.head_dim_k) + s.head_dim_v) +
-                        2 * (int64_t(s.head_dim_k) + s.head_dim_v) + 2 * kMaxGroupQueries * s.head_dim_k + 64;
+  // kFlashF16: the F16 accumulators, then in floats the queries, a chunk of K rows and a V row.
+  const int64_t flash = kMaxGroupQueries * int64_t(s.head_dim_v) + 2 * kMaxGroupQueries * s.head_dim_k +
+                        2 * kAvx2AttnChunk * (int64_t(s.head_dim_k) + 8) + 2 * int64_t(s.head_dim_v) + 64;
   // kTiledF32, in floats, 64-byte aligned: the F32 K and V rows of a tile and an
   // accumulator per query (queries of one kv head), or an accumulator, a tile's 16 scores
   // and 16 weights per query (up to 32 queries of any heads).
