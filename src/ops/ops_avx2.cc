@@ -38,49 +38,64 @@ inline void store_h(uint16_t* p, __m256 v) {
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
-// Sum of k[d] * q[d] over [d0, d1) in double. Each product of two halves is exact in
-// float, so any summation order in double rounds to the same float as a sequential one.
-inline double dot_tail(const uint16_t* k, const uint16_t* q, int d0, int d1) {
-  double sum = 0.0;
-  int d = d0;
-  if (d + 8 <= d1) {
-    __m256d a = _mm256_setzero_pd();
-    for (; d + 8 <= d1; d += 8) {
-      const __m256 p = _mm256_mul_ps(load_h(k + d), load_h(q + d));
-      a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
-      a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+// Eight elements of a row as floats: F16 rows converted, float rows (rows converted once
+// and shared by several queries) loaded. Products of two halves are exact in float, so
+// both give the same products.
+inline __m256 load8(const uint16_t* p) { return load_h(p); }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline float value(uint16_t h) { return h2f(h); }
+inline float value(float f) { return f; }
+
+// The score of one key, as llama.cpp's AVX2 flash attention computes it: dims 32 at a time in
+// four 8-lane FMA sums, then the tail (all of it for heads under 32 dims) in double. Each
+// product is exact in float, so any summation order in double rounds to the same float as a
+// sequential one.
+template <class Row>
+inline float score(const Row* k, const Row* q, int dk, float scale) {
+  const int dk32 = dk & ~31;
+  double dot = 0.0;
+  if (dk32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int d = 0; d < dk32; d += 32) {
+      a0 = _mm256_fmadd_ps(load8(k + d), load8(q + d), a0);
+      a1 = _mm256_fmadd_ps(load8(k + d + 8), load8(q + d + 8), a1);
+      a2 = _mm256_fmadd_ps(load8(k + d + 16), load8(q + d + 16), a2);
+      a3 = _mm256_fmadd_ps(load8(k + d + 24), load8(q + d + 24), a3);
     }
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
-    sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    dot = double(hsum(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3))));
   }
-  for (; d < d1; ++d) sum += double(h2f(k[d]) * h2f(q[d]));
-  return sum;
+  int d = dk32;
+  if (d < dk) {
+    double tail = 0.0;
+    if (d + 8 <= dk) {
+      __m256d a = _mm256_setzero_pd();
+      for (; d + 8 <= dk; d += 8) {
+        const __m256 p = _mm256_mul_ps(load8(k + d), load8(q + d));
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+      }
+      __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+      tail = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    }
+    for (; d < dk; ++d) tail += double(value(k[d]) * value(q[d]));
+    dot += tail;
+  }
+  return float(dot) * scale;
 }
 
-// dot_tail on values already converted to float (same products, same order).
-inline double dot_tail_f(const float* k, const float* q, int d0, int d1) {
-  double sum = 0.0;
-  int d = d0;
-  if (d + 8 <= d1) {
-    __m256d a = _mm256_setzero_pd();
-    for (; d + 8 <= d1; d += 8) {
-      const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(k + d), _mm256_loadu_ps(q + d));
-      a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
-      a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
-    }
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
-    sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+// One key's online-softmax step for a query whose running maximum is m: 2 when s is a new
+// maximum (the accumulator is to be scaled by afac first, the value row taken whole), else
+// 1 (the value row weighted by vfac).
+inline uint8_t softmax_step(float s, float& m, float& afac, float& vfac) {
+  if (s > m) {
+    afac = std::exp(m - s);
+    vfac = 1.0f;
+    m = s;
+    return 2;
   }
-  for (; d < d1; ++d) sum += double(k[d] * q[d]);
-  return sum;
-}
-
-// acc[d] = f16(acc[d] + v[d] * s) over [d0, d1), multiply and add rounded separately.
-inline void mad_tail(uint16_t* acc, const uint16_t* v, float s, int d0, int d1) {
-  int d = d0;
-  const __m256 vs = _mm256_set1_ps(s);
-  for (; d + 8 <= d1; d += 8) store_h(acc + d, _mm256_add_ps(load_h(acc + d), _mm256_mul_ps(load_h(v + d), vs)));
-  for (; d < d1; ++d) acc[d] = f2h(h2f(acc[d]) + h2f(v[d]) * s);
+  afac = 1.0f;
+  vfac = std::exp(s - m);
+  return 1;
 }
 
 // acc[d] = f16(acc[d] * s) over [0, n).
@@ -90,6 +105,33 @@ inline void scale_h(uint16_t* acc, float s, int n) {
   for (; d + 8 <= n; d += 8) store_h(acc + d, _mm256_mul_ps(load_h(acc + d), vs));
   for (; d < n; ++d) acc[d] = f2h(h2f(acc[d]) * s);
 }
+
+// acc[d] = f16(acc[d] + v[d] * s): fused over the row's 32-dim chunks, the multiply and add
+// rounded separately over the tail (llama.cpp's order).
+template <class Row>
+inline void update(uint16_t* acc, const Row* v, float s, int dv) {
+  const int dv32 = dv & ~31;
+  const __m256 vs = _mm256_set1_ps(s);
+  int d = 0;
+  for (; d < dv32; d += 8) store_h(acc + d, _mm256_fmadd_ps(load8(v + d), vs, load_h(acc + d)));
+  for (; d + 8 <= dv; d += 8) store_h(acc + d, _mm256_add_ps(load_h(acc + d), _mm256_mul_ps(load8(v + d), vs)));
+  for (; d < dv; ++d) acc[d] = f2h(h2f(acc[d]) + value(v[d]) * s);
+}
+
+// out = acc / s_sum (0 when nothing was attended).
+inline void finish(const uint16_t* acc, float s_sum, int dv, float* out) {
+  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  int d = 0;
+  for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(load_h(acc + d), vinv));
+  for (; d < dv; ++d) out[d] = h2f(acc[d]) * inv;
+}
+
+// Per query and key of a chunk: what softmax_step returned (0: not attended) and its factors.
+struct ChunkFactors {
+  uint8_t what[kAvx2AttnChunk];
+  float afac[kAvx2AttnChunk], vfac[kAvx2AttnChunk];
+};
 
 }  // namespace
 
@@ -102,12 +144,10 @@ void to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
 void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_head,
                          const KvSeqView& seq, int64_t n_kv, float scale, float* out,
                          uint16_t* scratch) {
-  // Mirrors the structure of llama.cpp's AVX2 flash attention so that rounding agrees:
-  // dot products and value updates run 32 elements at a time (4 vectors of 8), and the
-  // tail of a row (all of it for heads under 32 dims) in scalar code, the dot summed in
-  // double, without fused multiply-adds.
+  // Mirrors the structure of llama.cpp's AVX2 flash attention so that rounding agrees (score,
+  // softmax_step, update: no fused multiply-adds outside the 32-dim chunks), one key at a
+  // time: the reference schedule of attention_group_avx2 and attention_seq_avx2.
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
-  const int dk32 = dk & ~31, dv32 = dv & ~31;
   uint16_t* q16 = scratch;
   uint16_t* acc = scratch + dk;
   to_f16_avx2(q, q16, dk);
@@ -121,73 +161,55 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
     const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
     const int64_t n_in = std::min<int64_t>(seq.block_size, n_kv - p0);
     for (int64_t j = 0; j < n_in; ++j) {
-      const uint16_t* k = k_base + (cell0 + j) * ks;
-      const uint16_t* v = v_base + (cell0 + j) * vs_stride;
-      double dot = 0.0;
-      if (dk32) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int d = 0; d < dk32; d += 32) {
-          a0 = _mm256_fmadd_ps(load_h(k + d), load_h(q16 + d), a0);
-          a1 = _mm256_fmadd_ps(load_h(k + d + 8), load_h(q16 + d + 8), a1);
-          a2 = _mm256_fmadd_ps(load_h(k + d + 16), load_h(q16 + d + 16), a2);
-          a3 = _mm256_fmadd_ps(load_h(k + d + 24), load_h(q16 + d + 24), a3);
-        }
-        dot = double(hsum(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3))));
-      }
-      if (dk32 < dk) dot += dot_tail(k, q16, dk32, dk);
-      const float s = float(dot) * scale;
-      float ms = 1.0f, vsc = 1.0f;
-      if (s > m) {
-        ms = std::exp(m - s);
-        m = s;
-        scale_h(acc, ms, dv);
-      } else {
-        vsc = std::exp(s - m);
-      }
-      const __m256 vv = _mm256_set1_ps(vsc);
-      for (int d = 0; d < dv32; d += 8) store_h(acc + d, _mm256_fmadd_ps(load_h(v + d), vv, load_h(acc + d)));
-      if (dv32 < dv) mad_tail(acc, v, vsc, dv32, dv);
+      float ms, vsc;
+      if (softmax_step(score(k_base + (cell0 + j) * ks, q16, dk, scale), m, ms, vsc) == 2) scale_h(acc, ms, dv);
+      update(acc, v_base + (cell0 + j) * vs_stride, vsc, dv);
       s_sum = s_sum * ms + vsc;
     }
   }
-  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
-  const int dv8 = dv & ~7;
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (int d = 0; d < dv8; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(load_h(acc + d), vinv));
-  for (int d = dv8; d < dv; ++d) out[d] = h2f(acc[d]) * inv;
+  finish(acc, s_sum, dv, out);
+}
+
+// The schedule of attention_group_avx2 and attention_seq_avx2. The online softmax is a chain
+// per query through the running max and the F16 accumulator, one link per key. Keys go in
+// chunks of kAvx2AttnChunk: first each query's scores of the chunk and its softmax factors
+// (the dot products and exp calls of different keys are independent once the running max is
+// known, a cheap scalar walk), then the accumulator updates key by key, query by query — so
+// the exp latency leaves the accumulator's chain and the chains of several queries overlap.
+// One key at a time (attention_head_avx2's walk) ran llama 110m's decode attention at about
+// 1/3 of the AVX-512 rate, and its decode at depth 512 at 0.4-0.5x ik_llama.cpp's.
+//
+// for_chunks(n_keys, scores(p0, cell, nc), updates(cell, nc)): the chunks of [0, n_keys) in
+// the sequence's blocks, `cell` the first cell of a chunk's nc consecutive ones.
+template <class Scores, class Updates>
+inline void for_chunks(const KvSeqView& seq, int64_t n_keys, Scores&& scores, Updates&& updates) {
+  for (int64_t p0 = 0; p0 < n_keys; p0 += seq.block_size) {
+    const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
+    const int64_t n_in = std::min<int64_t>(seq.block_size, n_keys - p0);
+    for (int64_t j0 = 0; j0 < n_in; j0 += kAvx2AttnChunk) {
+      const int nc = int(std::min<int64_t>(kAvx2AttnChunk, n_in - j0));
+      scores(p0 + j0, cell0 + j0, nc);
+      updates(cell0 + j0, nc);
+    }
+  }
 }
 
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                           int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
                           const int64_t* kv_begin) {
-  // Per query, exactly the operations of attention_head_avx2 in the same order; only the
-  // schedule differs. Products of two halves are exact in float, so converting each K and V
-  // row once (for all queries) and multiplying floats gives the same values.
-  //
-  // The online softmax is a chain per query through the running max and the F16
-  // accumulator, one link per key. Keys go in chunks of kChunk: first each query's scores
-  // of the chunk and its softmax factors (the dot products and exp calls of different keys
-  // are independent once the running max is known, which is a cheap scalar walk), then the
-  // accumulator updates key by key, query by query — so that the exp latency is off the
-  // accumulator's chain and the chains of several queries overlap. Walking one key at a
-  // time instead (dot, exp, update) ran 110m's decode attention at ~1/3 of the AVX-512 rate.
-  constexpr int kChunk = kAvx2AttnChunk;
+  // Per query, exactly attention_head_avx2's operations in its order, in chunks of keys
+  // (for_chunks); each K and V row is converted to float once for all queries.
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
-  const int dk32 = dk & ~31, dv32 = dv & ~31;
-  const int dkp = (dk + 7) & ~7;  // a K row's floats in the chunk, 32-byte aligned rows
+  const int dkp = (dk + 7) & ~7;  // a K row's floats in the chunk
   // Scratch: acc[n_q][dv] halves, then floats: qf[n_q][dk], kf[kChunk][dkp], vf[dv] (aligned).
   uint16_t* acc = scratch;
   uintptr_t fp = reinterpret_cast<uintptr_t>(scratch + n_q * dv);
   fp = (fp + 31) & ~uintptr_t(31);
   float* qf = reinterpret_cast<float*>(fp);
   float* kf = qf + ((n_q * dk + 7) & ~7);
-  float* vf = kf + kChunk * dkp;
+  float* vf = kf + kAvx2AttnChunk * dkp;
   float m[ops::kMaxGroupQueries], s_sum[ops::kMaxGroupQueries];
-  // Per query and key of a chunk: the factor of the key's value row (1 for a new maximum)
-  // and of the accumulator (1 unless a new maximum); what: 0 not attended, 1 attended,
-  // 2 attended as a new maximum (the accumulator is rescaled first).
-  float vfac[ops::kMaxGroupQueries][kChunk], afac[ops::kMaxGroupQueries][kChunk];
-  uint8_t what[ops::kMaxGroupQueries][kChunk];
+  ChunkFactors f[ops::kMaxGroupQueries];
   int64_t max_kv = 0;
   for (int i = 0; i < n_q; ++i) {
     for (int d = 0; d < dk; ++d) qf[i * dk + d] = h2f(f2h(q[i][d]));
@@ -199,103 +221,48 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
   const int64_t ks = kv.k_cell_stride(), vs_stride = kv.v_cell_stride();
   const uint16_t* k_base = kv.k(layer, 0) + int64_t(kv_head) * dk;
   const uint16_t* v_base = kv.v(layer, 0) + int64_t(kv_head) * dv;
-  for (int64_t p0 = 0; p0 < max_kv; p0 += seq.block_size) {
-    const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
-    const int64_t n_in = std::min<int64_t>(seq.block_size, max_kv - p0);
-    for (int64_t j0 = 0; j0 < n_in; j0 += kChunk) {
-      const int nc = int(std::min<int64_t>(kChunk, n_in - j0));
-      for (int c = 0; c < nc; ++c) {
-        const uint16_t* k = k_base + (cell0 + j0 + c) * ks;
-        float* kc = kf + c * dkp;
-        int d = 0;
-        for (; d + 8 <= dk; d += 8) _mm256_storeu_ps(kc + d, load_h(k + d));
-        for (; d < dk; ++d) kc[d] = h2f(k[d]);
-      }
-      // Scores and factors, query by query.
+  auto to_float = [](const uint16_t* h, float* x, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(x + d, load_h(h + d));
+    for (; d < n; ++d) x[d] = h2f(h[d]);
+  };
+  auto scores = [&](int64_t p, int64_t cell, int nc) {
+    for (int c = 0; c < nc; ++c) to_float(k_base + (cell + c) * ks, kf + c * dkp, dk);
+    for (int i = 0; i < n_q; ++i)
+      for (int c = 0; c < nc; ++c)
+        f[i].what[c] = p + c >= n_kv[i] || (kv_begin && p + c < kv_begin[i])
+                           ? 0
+                           : softmax_step(score(kf + c * dkp, qf + i * dk, dk, scale), m[i], f[i].afac[c],
+                                          f[i].vfac[c]);
+  };
+  auto updates = [&](int64_t cell, int nc) {
+    for (int c = 0; c < nc; ++c) {
+      to_float(v_base + (cell + c) * vs_stride, vf, dv);
       for (int i = 0; i < n_q; ++i) {
-        const float* qi = qf + i * dk;
-        for (int c = 0; c < nc; ++c) {
-          const int64_t p = p0 + j0 + c;
-          if (p >= n_kv[i] || (kv_begin && p < kv_begin[i])) {
-            what[i][c] = 0;
-            continue;
-          }
-          const float* kc = kf + c * dkp;
-          double dot = 0.0;
-          if (dk32) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int e = 0; e < dk32; e += 32) {
-              a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kc + e), _mm256_loadu_ps(qi + e), a0);
-              a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kc + e + 8), _mm256_loadu_ps(qi + e + 8), a1);
-              a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kc + e + 16), _mm256_loadu_ps(qi + e + 16), a2);
-              a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kc + e + 24), _mm256_loadu_ps(qi + e + 24), a3);
-            }
-            dot = double(hsum(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3))));
-          }
-          if (dk32 < dk) dot += dot_tail_f(kc, qi, dk32, dk);
-          const float s = float(dot) * scale;
-          if (s > m[i]) {
-            afac[i][c] = std::exp(m[i] - s);
-            vfac[i][c] = 1.0f;
-            what[i][c] = 2;
-            m[i] = s;
-          } else {
-            afac[i][c] = 1.0f;
-            vfac[i][c] = std::exp(s - m[i]);
-            what[i][c] = 1;
-          }
-        }
-      }
-      // Accumulator updates, key by key.
-      for (int c = 0; c < nc; ++c) {
-        const uint16_t* v = v_base + (cell0 + j0 + c) * vs_stride;
-        int d = 0;
-        for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(vf + d, load_h(v + d));
-        for (; d < dv; ++d) vf[d] = h2f(v[d]);
-        for (int i = 0; i < n_q; ++i) {
-          if (what[i][c] == 0) continue;
-          uint16_t* ai = acc + i * dv;
-          const float ms = afac[i][c], vsc = vfac[i][c];
-          if (what[i][c] == 2) scale_h(ai, ms, dv);
-          const __m256 vv = _mm256_set1_ps(vsc);
-          int e = 0;
-          for (; e < dv32; e += 8) store_h(ai + e, _mm256_fmadd_ps(_mm256_loadu_ps(vf + e), vv, load_h(ai + e)));
-          for (; e + 8 <= dv; e += 8)
-            store_h(ai + e, _mm256_add_ps(load_h(ai + e), _mm256_mul_ps(_mm256_loadu_ps(vf + e), vv)));
-          for (; e < dv; ++e) ai[e] = f2h(h2f(ai[e]) + vf[e] * vsc);
-          s_sum[i] = s_sum[i] * ms + vsc;
-        }
+        if (f[i].what[c] == 0) continue;
+        if (f[i].what[c] == 2) scale_h(acc + i * dv, f[i].afac[c], dv);
+        update(acc + i * dv, vf, f[i].vfac[c], dv);
+        s_sum[i] = s_sum[i] * f[i].afac[c] + f[i].vfac[c];
       }
     }
-  }
-  const int dv8 = dv & ~7;
-  for (int i = 0; i < n_q; ++i) {
-    const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
-    const __m256 vinv = _mm256_set1_ps(inv);
-    const uint16_t* ai = acc + i * dv;
-    for (int d = 0; d < dv8; d += 8) _mm256_storeu_ps(out[i] + d, _mm256_mul_ps(load_h(ai + d), vinv));
-    for (int d = dv8; d < dv; ++d) out[i][d] = h2f(ai[d]) * inv;
-  }
+  };
+  for_chunks(seq, max_kv, scores, updates);
+  for (int i = 0; i < n_q; ++i) finish(acc + i * dv, s_sum[i], dv, out[i]);
 }
 
 bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                         float scale) {
-  // Every query gets exactly attention_head_avx2's operations in its order (the same dot
-  // products from the F16 rows, factors, F16 accumulator updates); the schedule is that of
-  // attention_group_avx2 over the queries of all heads: per chunk of keys each query's
-  // scores and factors, then the updates key by key, query by query, so that the
-  // accumulator chains of all heads overlap (one kv head per query in llama 110m's decode,
-  // where a walk per head leaves one chain at a time).
-  constexpr int kChunk = kAvx2AttnChunk;
+  // Every query gets exactly attention_head_avx2's operations in its order, in chunks of keys
+  // over the queries of all heads (for_chunks), so that the accumulator chains of all heads
+  // overlap (llama 110m's decode has one query per kv head: a walk per head leaves one chain
+  // at a time). Rows are read as F16 where they are (each query its own head's).
   constexpr int kMaxDim = 256;
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   if (n_q < 1 || n_q > kMaxSeqQueries || dk > kMaxDim || dv > kMaxDim) return false;
-  const int dk32 = dk & ~31, dv32 = dv & ~31;
   alignas(32) uint16_t q16[kMaxSeqQueries][kMaxDim];
   alignas(32) uint16_t acc[kMaxSeqQueries][kMaxDim];
   float m[kMaxSeqQueries], s_sum[kMaxSeqQueries];
-  float vfac[kMaxSeqQueries][kChunk], afac[kMaxSeqQueries][kChunk];
-  uint8_t what[kMaxSeqQueries][kChunk];  // as in attention_group_avx2
+  ChunkFactors f[kMaxSeqQueries];
   int64_t max_kv = 0;
   for (int i = 0; i < n_q; ++i) {
     to_f16_avx2(qs[i].q, q16[i], dk);
@@ -307,68 +274,28 @@ bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int lay
   const int64_t ks = kv.k_cell_stride(), vs_stride = kv.v_cell_stride();
   const uint16_t* k_base = kv.k(layer, 0);
   const uint16_t* v_base = kv.v(layer, 0);
-  for (int64_t p0 = 0; p0 < max_kv; p0 += seq.block_size) {
-    const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
-    const int64_t n_in = std::min<int64_t>(seq.block_size, max_kv - p0);
-    for (int64_t j0 = 0; j0 < n_in; j0 += kChunk) {
-      const int nc = int(std::min<int64_t>(kChunk, n_in - j0));
+  auto scores = [&](int64_t p, int64_t cell, int nc) {
+    for (int i = 0; i < n_q; ++i) {
+      const uint16_t* kh = k_base + cell * ks + int64_t(qs[i].kv_head) * dk;
+      for (int c = 0; c < nc; ++c)
+        f[i].what[c] = p + c >= qs[i].n_kv
+                           ? 0
+                           : softmax_step(score(kh + c * ks, q16[i], dk, scale), m[i], f[i].afac[c], f[i].vfac[c]);
+    }
+  };
+  auto updates = [&](int64_t cell, int nc) {
+    for (int c = 0; c < nc; ++c) {
+      const uint16_t* vc = v_base + (cell + c) * vs_stride;
       for (int i = 0; i < n_q; ++i) {
-        const uint16_t* qi = q16[i];
-        const uint16_t* kh = k_base + (cell0 + j0) * ks + int64_t(qs[i].kv_head) * dk;
-        for (int c = 0; c < nc; ++c) {
-          if (p0 + j0 + c >= qs[i].n_kv) {
-            what[i][c] = 0;
-            continue;
-          }
-          const uint16_t* k = kh + c * ks;
-          double dot = 0.0;
-          if (dk32) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < dk32; d += 32) {
-              a0 = _mm256_fmadd_ps(load_h(k + d), load_h(qi + d), a0);
-              a1 = _mm256_fmadd_ps(load_h(k + d + 8), load_h(qi + d + 8), a1);
-              a2 = _mm256_fmadd_ps(load_h(k + d + 16), load_h(qi + d + 16), a2);
-              a3 = _mm256_fmadd_ps(load_h(k + d + 24), load_h(qi + d + 24), a3);
-            }
-            dot = double(hsum(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3))));
-          }
-          if (dk32 < dk) dot += dot_tail(k, qi, dk32, dk);
-          const float s = float(dot) * scale;
-          if (s > m[i]) {
-            afac[i][c] = std::exp(m[i] - s);
-            vfac[i][c] = 1.0f;
-            what[i][c] = 2;
-            m[i] = s;
-          } else {
-            afac[i][c] = 1.0f;
-            vfac[i][c] = std::exp(s - m[i]);
-            what[i][c] = 1;
-          }
-        }
-      }
-      for (int c = 0; c < nc; ++c) {
-        const uint16_t* vc = v_base + (cell0 + j0 + c) * vs_stride;
-        for (int i = 0; i < n_q; ++i) {
-          if (what[i][c] == 0) continue;
-          uint16_t* ai = acc[i];
-          const uint16_t* v = vc + int64_t(qs[i].kv_head) * dv;
-          const float ms = afac[i][c], vsc = vfac[i][c];
-          if (what[i][c] == 2) scale_h(ai, ms, dv);
-          const __m256 vv = _mm256_set1_ps(vsc);
-          for (int d = 0; d < dv32; d += 8) store_h(ai + d, _mm256_fmadd_ps(load_h(v + d), vv, load_h(ai + d)));
-          if (dv32 < dv) mad_tail(ai, v, vsc, dv32, dv);
-          s_sum[i] = s_sum[i] * ms + vsc;
-        }
+        if (f[i].what[c] == 0) continue;
+        if (f[i].what[c] == 2) scale_h(acc[i], f[i].afac[c], dv);
+        update(acc[i], vc + int64_t(qs[i].kv_head) * dv, f[i].vfac[c], dv);
+        s_sum[i] = s_sum[i] * f[i].afac[c] + f[i].vfac[c];
       }
     }
-  }
-  const int dv8 = dv & ~7;
-  for (int i = 0; i < n_q; ++i) {
-    const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
-    const __m256 vinv = _mm256_set1_ps(inv);
-    for (int d = 0; d < dv8; d += 8) _mm256_storeu_ps(qs[i].out + d, _mm256_mul_ps(load_h(acc[i] + d), vinv));
-    for (int d = dv8; d < dv; ++d) qs[i].out[d] = h2f(acc[i][d]) * inv;
-  }
+  };
+  for_chunks(seq, max_kv, scores, updates);
+  for (int i = 0; i < n_q; ++i) finish(acc[i], s_sum[i], dv, qs[i].out);
   return true;
 }
 
