@@ -6,6 +6,7 @@
 #   bash bench/peer.sh                 # once: builds build/peer/gcc and build/peer/ik
 #   bash bench/batched.sh              # both models, 2 threads, 3 passes at 16
 #   bash bench/batched.sh --models llama:110m:q8_0 --reps 5
+#   bash bench/batched.sh --isa avx2   # the peers' AVX2 builds (peer.sh --isa avx2) against TIERSERVE_ISA=avx2
 #
 # Options are those of bench/batched.py (--help).
 set -euo pipefail

@@ -6,6 +6,8 @@
 #   bash bench/peer.sh                 # once: builds build/peer/{gcc,clang,ik}
 #   bash bench/compare.sh              # all models, 1 and 2 threads
 #   bash bench/compare.sh --models llama:110m:q8_0 --threads 2 --reps 5
+#   bash bench/peer.sh --variants "gcc ik" --isa avx2 && bash bench/compare.sh --isa avx2 --peers gcc,ik
+#                                      # every engine on its AVX2 code (what an AVX2-only CPU runs)
 #
 # Options are those of bench/compare.py (--help). Needs the tierserve binary in
 # build/bin (or --tierserve) and the project venv (.venv: llama-cpp-python, gguf).
