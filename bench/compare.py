@@ -132,7 +132,8 @@ def kv_layers(path):
     pattern = val(f"{arch}.attention.sliding_window_pattern", 6 if arch == "gemma3" else None)
     layers = []
     for i in range(n_layer):
-        k_len = int(val(f"{arch}.attention.key_length", n_embd // per_layer(n_head, i)))
+        k_len = val(f"{arch}.attention.key_length")
+        k_len = int(k_len) if k_len is not None else n_embd // per_layer(n_head, i)
         v_len = int(val(f"{arch}.attention.value_length", k_len))
         local = window is not None and (isinstance(pattern, list) and pattern[i] or
                                         isinstance(pattern, int) and (i + 1) % pattern != 0)

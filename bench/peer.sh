@@ -73,6 +73,7 @@ case $ISA in
                    -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
   *) echo "peer.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;
 esac
+[[ $SERVER_ONLY == 1 && $ISA != native ]] && { echo "peer.sh: --server-only builds the native llama-server only" >&2; exit 2; }
 
 # --- 1. the pinned sources ------------------------------------------------------------
 # fetch_sdist PACKAGE VERSION DIST_NAME VENDOR_DIR: the vendored tree of the package's sdist.

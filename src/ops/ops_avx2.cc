@@ -133,6 +133,31 @@ struct ChunkFactors {
   float afac[kAvx2AttnChunk], vfac[kAvx2AttnChunk];
 };
 
+// The schedule of attention_group_avx2 and attention_seq_avx2. The online softmax is a chain
+// per query through the running max and the F16 accumulator, one link per key. Keys go in
+// chunks of kAvx2AttnChunk: first each query's scores of the chunk and its softmax factors
+// (the dot products and exp calls of different keys are independent once the running max is
+// known, a cheap scalar walk), then the accumulator updates key by key, query by query — so
+// the exp latency leaves the accumulator's chain and the chains of several queries overlap.
+// One key at a time (attention_head_avx2's walk) ran llama 110m's decode attention at about
+// 1/3 of the AVX-512 rate, and its decode at depth 512 at 0.4-0.5x ik_llama.cpp's.
+//
+// for_chunks(seq, n_keys, scores(p, cell, nc), updates(cell, nc)): the chunks of keys
+// [0, n_keys) within the sequence's blocks; p is a chunk's first position, cell its first of
+// nc consecutive cells.
+template <class Scores, class Updates>
+inline void for_chunks(const KvSeqView& seq, int64_t n_keys, Scores&& scores, Updates&& updates) {
+  for (int64_t p0 = 0; p0 < n_keys; p0 += seq.block_size) {
+    const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
+    const int64_t n_in = std::min<int64_t>(seq.block_size, n_keys - p0);
+    for (int64_t j0 = 0; j0 < n_in; j0 += kAvx2AttnChunk) {
+      const int nc = int(std::min<int64_t>(kAvx2AttnChunk, n_in - j0));
+      scores(p0 + j0, cell0 + j0, nc);
+      updates(cell0 + j0, nc);
+    }
+  }
+}
+
 }  // namespace
 
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
@@ -168,30 +193,6 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
     }
   }
   finish(acc, s_sum, dv, out);
-}
-
-// The schedule of attention_group_avx2 and attention_seq_avx2. The online softmax is a chain
-// per query through the running max and the F16 accumulator, one link per key. Keys go in
-// chunks of kAvx2AttnChunk: first each query's scores of the chunk and its softmax factors
-// (the dot products and exp calls of different keys are independent once the running max is
-// known, a cheap scalar walk), then the accumulator updates key by key, query by query — so
-// the exp latency leaves the accumulator's chain and the chains of several queries overlap.
-// One key at a time (attention_head_avx2's walk) ran llama 110m's decode attention at about
-// 1/3 of the AVX-512 rate, and its decode at depth 512 at 0.4-0.5x ik_llama.cpp's.
-//
-// for_chunks(n_keys, scores(p0, cell, nc), updates(cell, nc)): the chunks of [0, n_keys) in
-// the sequence's blocks, `cell` the first cell of a chunk's nc consecutive ones.
-template <class Scores, class Updates>
-inline void for_chunks(const KvSeqView& seq, int64_t n_keys, Scores&& scores, Updates&& updates) {
-  for (int64_t p0 = 0; p0 < n_keys; p0 += seq.block_size) {
-    const int64_t cell0 = int64_t(seq.blocks[size_t(p0 / seq.block_size)]) * seq.block_size;
-    const int64_t n_in = std::min<int64_t>(seq.block_size, n_keys - p0);
-    for (int64_t j0 = 0; j0 < n_in; j0 += kAvx2AttnChunk) {
-      const int nc = int(std::min<int64_t>(kAvx2AttnChunk, n_in - j0));
-      scores(p0 + j0, cell0 + j0, nc);
-      updates(cell0 + j0, nc);
-    }
-  }
 }
 
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
