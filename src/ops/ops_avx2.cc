@@ -198,6 +198,7 @@ void attention_head_avx2(const float* q, const KvCache& kv, int layer, int kv_he
 void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
                           int kv_head, const KvSeqView& seq, float scale, float* const* out, uint16_t* scratch,
                           const int64_t* kv_begin) {
+  if (attention_group_avx2_wide(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)) return;
   // Per query, exactly attention_head_avx2's operations in its order, in chunks of keys
   // (for_chunks); each K and V row is converted to float once for all queries.
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
@@ -260,6 +261,18 @@ bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int lay
   constexpr int kMaxDim = 256;
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   if (n_q < 1 || n_q > kMaxSeqQueries || dk > kMaxDim || dv > kMaxDim) return false;
+  // Queries of one kv head (prompt units): each K and V row converted once for all of them.
+  if (n_q > 1 && std::all_of(qs, qs + n_q, [&](const AttnQuery& a) { return a.kv_head == qs[0].kv_head; })) {
+    const float* q[kMaxSeqQueries];
+    float* out[kMaxSeqQueries];
+    int64_t n_kv[kMaxSeqQueries];
+    for (int i = 0; i < n_q; ++i) {
+      q[i] = qs[i].q;
+      out[i] = qs[i].out;
+      n_kv[i] = qs[i].n_kv;
+    }
+    if (attention_group_avx2_wide(q, n_kv, n_q, kv, layer, qs[0].kv_head, seq, scale, out, nullptr)) return true;
+  }
   alignas(32) uint16_t q16[kMaxSeqQueries][kMaxDim];
   alignas(32) uint16_t acc[kMaxSeqQueries][kMaxDim];
   float m[kMaxSeqQueries], s_sum[kMaxSeqQueries];

@@ -170,23 +170,28 @@ TEST(OpsTable, FlashAttentionRowsAgreeAndAGroupIsItsQueries) {
             EXPECT_NEAR(out[size_t(i)][size_t(d)], ref[size_t(i)][size_t(d)], 5e-3) << ops_isa_name(isa);
         }
         if (isa == OpsIsa::kAvx2) avx2 = out;
-        if (isa == OpsIsa::kAvx512) EXPECT_EQ(out, avx2) << "dim " << dim;
+        if (isa == OpsIsa::kAvx512) {
+          EXPECT_EQ(out, avx2) << "dim " << dim;
+        }
       }
     }
 }
 
 // A sequence's queries over several kv heads in one call (decode: every head of a token;
-// prompts: rows of different lengths) are each exactly flash_head's result.
+// prompts: rows of different lengths), or all on one kv head (prompt units), are each
+// exactly flash_head's result.
 TEST(OpsTable, FlashSeqIsItsQueriesOverAnyHeads) {
   for (int dim : {8, 40, 64, 128, 256})
-    for (int n_q : {1, 12, kMaxSeqQueries}) {
+    for (int n_q : {1, 12, kMaxSeqQueries})
+    for (bool one_head : {false, true}) {
       const int n_pos = 75, n_head_kv = 4;
       Cache c(dim, n_head_kv, n_pos, 16, uint64_t(dim * 7 + n_q));
       Queries qs(n_q, dim, n_pos, 13);
       auto out = qs.outputs();
       std::vector<AttnQuery> aq;
       for (int i = 0; i < n_q; ++i)
-        aq.push_back({qs.qp[size_t(i)], out[size_t(i)].data(), qs.n_kv[size_t(i)], int32_t(i * n_head_kv / n_q)});
+        aq.push_back({qs.qp[size_t(i)], out[size_t(i)].data(), qs.n_kv[size_t(i)],
+                      one_head ? 2 : int32_t(i * n_head_kv / n_q)});
       std::vector<uint16_t> scratch(size_t(attention_group_scratch_halves(c.kv->shape())));
       const float scale = 1.0f / std::sqrt(float(dim));
       for (OpsIsa isa : rows_here()) {

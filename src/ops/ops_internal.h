@@ -49,6 +49,14 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
 // query attention_head_avx2's result, the chains of all heads interleaved.
 bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                         float scale);
+// attention_group_avx2 for head sizes 64, 128 and 256 (head_dim_k == head_dim_v) and up to
+// kMaxSeqQueries queries, bit-identical, on the schedule of attention_group_avx512
+// (attn_avx2.cc); false (nothing done) otherwise.
+bool attention_group_avx2_wide(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
+                               int kv_head, const KvSeqView& seq, float scale, float* const* out,
+                               const int64_t* kv_begin);
+// y = std::exp(x) bit for bit, 8 at a time (attn_avx2.cc; for tests).
+void expf_avx2(const float* x, float* y, int64_t n);
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n);
 // rms_norm's sums of squares of 8 rows `stride` floats apart, each in its loop's order
 // (ops_avx2.cc).
