@@ -188,45 +188,26 @@ void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y
       __m256i isum[T];
       TS_UNROLL
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      // Sub-block 2c + hi_nib: the low (hi_nib = 0) or high nibbles of chunk c's vectors,
+      // one pass each, so that only two sums per token are live (four tokens fit).
       for (int c = 0; c < 4; ++c) {
-        // Levels <= 31: 4 pair sums stay within 4 * 2 * 31 * 127 = 31496.
-        __m256i a[T], bb[T];
         TS_UNROLL
-        for (int h = 0; h < 8; ++h) {
-          const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
-          __m256i lo = _mm256_and_si256(v, m4);
-          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-          if constexpr (kQ5) {
-            const uint8_t* hb = g + pq5_k::hbit(c, h, 0);
-            lo = _mm256_or_si256(lo, expand_mask(hb, half, 0x10));
-            hi = _mm256_or_si256(hi, expand_mask(hb + 8, half, 0x10));
-          }
+        for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
+          const __m256i sc = scale_pairs(g + kSc + 32 * c + 16 * hi_nib + 8 * half);
+          // Levels <= 31: 4 pair sums stay within 4 * 2 * 31 * 127 = 31496.
+          __m256i a[T];
           TS_UNROLL
-          for (int t = 0; t < T; ++t) {
-            const int8_t* x = tk.q[t] + 256 * sb + 64 * c + 4 * h;
-            const __m256i pa = _mm256_maddubs_epi16(lo, bcast32(x));
-            const __m256i pb = _mm256_maddubs_epi16(hi, bcast32(x + 32));
-            if (h % 4 == 0) {
-              if (h == 4) {  // widen the first four by the scales before they overflow
-                isum[t] = _mm256_add_epi32(isum[t],
-                                           _mm256_madd_epi16(a[t], scale_pairs(g + kSc + 32 * c + 8 * half)));
-                isum[t] = _mm256_add_epi32(
-                    isum[t], _mm256_madd_epi16(bb[t], scale_pairs(g + kSc + 32 * c + 16 + 8 * half)));
-              }
-              a[t] = pa;
-              bb[t] = pb;
-            } else {
-              a[t] = _mm256_add_epi16(a[t], pa);
-              bb[t] = _mm256_add_epi16(bb[t], pb);
+          for (int h = 0; h < 8; ++h) {
+            const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
+            __m256i w = hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+            if constexpr (kQ5) w = _mm256_or_si256(w, expand_mask(g + pq5_k::hbit(c, h, 0) + 8 * hi_nib, half, 0x10));
+            TS_UNROLL
+            for (int t = 0; t < T; ++t) {
+              const __m256i p = _mm256_maddubs_epi16(w, bcast32(tk.q[t] + 256 * sb + 64 * c + 32 * hi_nib + 4 * h));
+              a[t] = h % 4 == 0 ? p : _mm256_add_epi16(a[t], p);
+              if (h % 4 == 3) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(a[t], sc));
             }
           }
-        }
-        TS_UNROLL
-        for (int t = 0; t < T; ++t) {
-          isum[t] =
-              _mm256_add_epi32(isum[t], _mm256_madd_epi16(a[t], scale_pairs(g + kSc + 32 * c + 8 * half)));
-          isum[t] = _mm256_add_epi32(isum[t],
-                                     _mm256_madd_epi16(bb[t], scale_pairs(g + kSc + 32 * c + 16 + 8 * half)));
         }
       }
       const __m256 d = load_half8(g + kD + 16 * half), dmin = load_half8(g + kDmin + 16 * half);
@@ -269,56 +250,45 @@ void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float*
       for (int n = 0; n < 2; ++n) {
         for (int q = 0; q < 2; ++q) {
           const int idx0 = (2 * n + q) * 8;
+          // Sub-block j = 8n + 2q + hh + 4 * hi_nib: the low (hi_nib = 0) or high nibbles of
+          // nib[idx0 + 4hh .. + 3], one pass each, so that few sums per token are live.
+          TS_UNROLL
           for (int hh = 0; hh < 2; ++hh) {
-            const int jl = 8 * n + 2 * q + hh, jh = jl + 4;
-            __m256i a[T], bb[T];
             TS_UNROLL
-            for (int t = 0; t < T; ++t) {
-              a[t] = _mm256_set1_epi32(tk.corr[t][16 * sb + jl]);
-              bb[t] = _mm256_set1_epi32(tk.corr[t][16 * sb + jh]);
-            }
-            TS_UNROLL
-            for (int h2 = 0; h2 < 2; ++h2) {
-              // Two nibble vectors share one vector of top bits (panel.h).
-              const int h = 4 * hh + 2 * h2;
-              const int idx = idx0 + h;
-              const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
-              const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
-              const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
-              const __m256i lv[2] = {
-                  _mm256_or_si256(_mm256_and_si256(va, m4), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30)),
-                  _mm256_or_si256(_mm256_and_si256(vb, m4), _mm256_and_si256(top, m30))};
-              const __m256i hv[2] = {_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(va, 4), m4),
-                                                     _mm256_and_si256(_mm256_slli_epi16(top, 2), m30)),
-                                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vb, 4), m4),
-                                                     _mm256_and_si256(_mm256_srli_epi16(top, 2), m30))};
-              // Levels <= 63: the 2 pair sums of e = 0, 1 stay within 2 * 2 * 63 * 127 = 32004.
-              __m256i pa[T], pb[T];
+            for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
+              const int j = 8 * n + 2 * q + hh + 4 * hi_nib;
+              __m256i a[T];
               TS_UNROLL
-              for (int e = 0; e < 2; ++e) {
+              for (int t = 0; t < T; ++t) a[t] = _mm256_set1_epi32(tk.corr[t][16 * sb + j]);
+              TS_UNROLL
+              for (int h2 = 0; h2 < 2; ++h2) {
+                // Two nibble vectors share one vector of top bits (panel.h).
+                const int h = 4 * hh + 2 * h2;
+                const int idx = idx0 + h;
+                const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
+                const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
+                const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
+                const __m256i lv[2] = {
+                    hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(va, 4), m4),
+                                             _mm256_and_si256(_mm256_slli_epi16(top, 2), m30))
+                           : _mm256_or_si256(_mm256_and_si256(va, m4), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30)),
+                    hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vb, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi16(top, 2), m30))
+                           : _mm256_or_si256(_mm256_and_si256(vb, m4), _mm256_and_si256(top, m30))};
+                // Levels <= 63: the 2 pair sums of e = 0, 1 stay within 2 * 2 * 63 * 127 = 32004.
                 TS_UNROLL
                 for (int t = 0; t < T; ++t) {
-                  const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * (h + e);
-                  const __m256i ma = _mm256_maddubs_epi16(lv[e], bcast32(x));
-                  const __m256i mb = _mm256_maddubs_epi16(hv[e], bcast32(x + 64));
-                  pa[t] = e == 0 ? ma : _mm256_add_epi16(pa[t], ma);
-                  pb[t] = e == 0 ? mb : _mm256_add_epi16(pb[t], mb);
+                  const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * h + 64 * hi_nib;
+                  const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lv[0], bcast32(x)),
+                                                     _mm256_maddubs_epi16(lv[1], bcast32(x + 4)));
+                  a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(p, ones16()));
                 }
               }
+              const __m256i sc = _mm256_cvtepi8_epi32(
+                  _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * j + 8 * half)));
               TS_UNROLL
-              for (int t = 0; t < T; ++t) {
-                a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(pa[t], ones16()));
-                bb[t] = _mm256_add_epi32(bb[t], _mm256_madd_epi16(pb[t], ones16()));
-              }
+              for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(a[t], sc));
             }
-            const __m256i scl = _mm256_cvtepi8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jl + 8 * half)));
-            const __m256i sch = _mm256_cvtepi8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * jh + 8 * half)));
-            TS_UNROLL
-            for (int t = 0; t < T; ++t)
-              isum[t] = _mm256_add_epi32(
-                  isum[t], _mm256_add_epi32(_mm256_mullo_epi32(a[t], scl), _mm256_mullo_epi32(bb[t], sch)));
           }
         }
       }
@@ -348,7 +318,7 @@ void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, in
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
-  constexpr int kT = kK ? 2 : 4;  // 16 vector registers
+  constexpr int kT = 4;  // 16 vector registers
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
   int t = t0;
   const int end = t0 + nt;
