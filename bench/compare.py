@@ -222,7 +222,10 @@ def run_tierserve(tierserve, model, threads, prompt, args):
     # llama-bench's tg runs n_gen of them; gen_tok_s is passes per second.
     cmd = [tierserve, "run", "-m", model, "-p", prompt, "-n", str(args.n_gen + 1), "-t", str(threads),
            "--temp", "0", "--ignore-eos", "--json", "-c", str(args.n_prompt + args.n_gen + 64),
-           "-b", str(args.n_prompt), "--fa", args.ts_fa]
+           "-b", str(args.n_prompt), "--fa", args.ts_fa,
+           # llama-bench's warm-up runs the whole prompt once: the same here (faults in the
+           # KV and sizes the buffers for the prompt's step).
+           "--warmup-tokens", str(args.n_prompt)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"tierserve run failed ({p.returncode}): {p.stderr.strip()[-400:]}")
