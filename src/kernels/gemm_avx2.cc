@@ -23,6 +23,7 @@ namespace {
 
 #define TS_INLINE inline __attribute__((always_inline))
 #define TS_UNROLL _Pragma("GCC unroll 16")
+#define TS_LAMBDA_INLINE __attribute__((always_inline))
 
 TS_INLINE __m256i bcast32(const void* p) {
   int32_t v;
@@ -88,75 +89,104 @@ struct Tokens {
 // ---------------------------------------------------------------------------------------
 // 32-element blocks.
 
+// One block (32 columns) of one half (8 rows) for T tokens, added to acc.
 template <DType W, int T>
-void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T>& tk, __m256* acc) {
   constexpr int kG = group_bytes32<W>();
-  const Tokens<T> tk(act, t0);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
-    __m256 acc[T];
+  const uint8_t* g = panel + b * kG;
+  const __m256 dw = load_half8(g + d_offset32<W>() + 16 * half);
+  __m256i isum[T];
+  if constexpr (W == DType::Q8_0) {
+    // |w| * sign(x, w): pairs are at most 2 * 128 * 127 = 32512, so widen each one.
     TS_UNROLL
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* g = panel + b * kG;
-      const __m256 dw = load_half8(g + d_offset32<W>() + 16 * half);
-      __m256i isum[T];
-      if constexpr (W == DType::Q8_0) {
-        // |w| * sign(x, w): pairs are at most 2 * 128 * 127 = 32512, so widen each one.
-        TS_UNROLL
-        for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-        TS_UNROLL
-        for (int j = 0; j < 8; ++j) {
-          const __m256i w = load256(g + 64 * j + 32 * half);
-          const __m256i aw = _mm256_sign_epi8(w, w);
-          TS_UNROLL
-          for (int t = 0; t < T; ++t) {
-            const __m256i x = bcast32(tk.q[t] + 32 * b + 4 * j);
-            const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones16()));
-          }
-        }
-      } else {
-        // Levels <= 31: the 4 low-nibble pair sums of a row stay within 4 * 2 * 31 * 127 =
-        // 31496 in 16 bits, and so do the 4 high-nibble ones; each is widened once.
-        __m256i p0[T], p1[T];
-        TS_UNROLL
-        for (int h = 0; h < 4; ++h) {
-          const __m256i v = load256(g + 64 * h + 32 * half);
-          __m256i lo = _mm256_and_si256(v, m4);
-          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-          if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
-            lo = _mm256_or_si256(lo, expand_mask(g + pq5_0::kHbit + 16 * h, half, 0x10));
-            hi = _mm256_or_si256(hi, expand_mask(g + pq5_0::kHbit + 16 * h + 8, half, 0x10));
-          }
-          TS_UNROLL
-          for (int t = 0; t < T; ++t) {
-            const __m256i a = _mm256_maddubs_epi16(lo, bcast32(tk.q[t] + 32 * b + 4 * h));
-            const __m256i c = _mm256_maddubs_epi16(hi, bcast32(tk.q[t] + 32 * b + 16 + 4 * h));
-            p0[t] = h == 0 ? a : _mm256_add_epi16(p0[t], a);
-            p1[t] = h == 0 ? c : _mm256_add_epi16(p1[t], c);
-          }
-        }
-        TS_UNROLL
-        for (int t = 0; t < T; ++t) {
-          isum[t] = _mm256_add_epi32(_mm256_madd_epi16(p0[t], ones16()), _mm256_madd_epi16(p1[t], ones16()));
-          if constexpr (!has_min32<W>())
-            isum[t] = _mm256_add_epi32(isum[t], _mm256_set1_epi32(tk.corr[t][b]));
-        }
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    TS_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w = load256(g + 64 * j + 32 * half);
+      const __m256i aw = _mm256_sign_epi8(w, w);
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const __m256i x = bcast32(tk.q[t] + 32 * b + 4 * j);
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones16()));
+      }
+    }
+  } else {
+    // Levels <= 31: the 4 low-nibble pair sums of a row stay within 4 * 2 * 31 * 127 =
+    // 31496 in 16 bits, and so do the 4 high-nibble ones; each is widened once.
+    __m256i p0[T], p1[T];
+    TS_UNROLL
+    for (int h = 0; h < 4; ++h) {
+      const __m256i v = load256(g + 64 * h + 32 * half);
+      __m256i lo = _mm256_and_si256(v, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
+        lo = _mm256_or_si256(lo, expand_mask(g + pq5_0::kHbit + 16 * h, half, 0x10));
+        hi = _mm256_or_si256(hi, expand_mask(g + pq5_0::kHbit + 16 * h + 8, half, 0x10));
       }
       TS_UNROLL
       for (int t = 0; t < T; ++t) {
-        const __m256 dxw = _mm256_mul_ps(dw, _mm256_set1_ps(tk.d[t][b]));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dxw, acc[t]);
-        if constexpr (has_min32<W>()) {
-          constexpr int kM = m_offset32<W>();
-          acc[t] = _mm256_fmadd_ps(load_half8(g + kM + 16 * half), _mm256_set1_ps(tk.s[t][b]), acc[t]);
-        }
+        const __m256i a = _mm256_maddubs_epi16(lo, bcast32(tk.q[t] + 32 * b + 4 * h));
+        const __m256i c = _mm256_maddubs_epi16(hi, bcast32(tk.q[t] + 32 * b + 16 + 4 * h));
+        p0[t] = h == 0 ? a : _mm256_add_epi16(p0[t], a);
+        p1[t] = h == 0 ? c : _mm256_add_epi16(p1[t], c);
       }
     }
     TS_UNROLL
-    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
+    for (int t = 0; t < T; ++t) {
+      isum[t] = _mm256_add_epi32(_mm256_madd_epi16(p0[t], ones16()), _mm256_madd_epi16(p1[t], ones16()));
+      if constexpr (!has_min32<W>())
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_set1_epi32(tk.corr[t][b]));
+    }
   }
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const __m256 dxw = _mm256_mul_ps(dw, _mm256_set1_ps(tk.d[t][b]));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), dxw, acc[t]);
+    if constexpr (has_min32<W>()) {
+      constexpr int kM = m_offset32<W>();
+      acc[t] = _mm256_fmadd_ps(load_half8(g + kM + 16 * half), _mm256_set1_ps(tk.s[t][b]), acc[t]);
+    }
+  }
+}
+
+// The tiles' walk over a panel: block(b, half, acc) adds block b of half `half` (8 rows)
+// for the tile's tokens to acc. One token takes both halves block by block, so that the
+// panel is read once, in order (each 64-byte line whole): a matvec streams it from DRAM
+// (kernels_bench matvec t1 on Zen 4: Q4_1 10-15 -> 14-20 GB/s, Q5_0 8-11 -> 10-14).
+// Several tokens take one half at a time (the registers hold one half's sums).
+template <int T, class Block>
+TS_INLINE void walk_panel(int64_t nb, int n_rows, float* y, int64_t ys, int t0, Block&& block) {
+  if constexpr (T == 1) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    if (n_rows > 8) {
+      for (int64_t b = 0; b < nb; ++b) {
+        block(b, 0, &acc[0]);
+        block(b, 1, &acc[1]);
+      }
+    } else {
+      for (int64_t b = 0; b < nb; ++b) block(b, 0, &acc[0]);
+    }
+    store_rows(y + t0 * ys, acc[0], n_rows);
+    if (n_rows > 8) store_rows(y + t0 * ys + 8, acc[1], n_rows - 8);
+  } else {
+    for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+      __m256 acc[T];
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) block(b, half, acc);
+      TS_UNROLL
+      for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
+    }
+  }
+}
+
+template <DType W, int T>
+void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  const Tokens<T> tk(act, t0);
+  walk_panel<T>(nb, n_rows, y, ys, t0,
+                [&](int64_t b, int half, __m256* acc) TS_LAMBDA_INLINE { block32<W, T>(panel, b, half, tk, acc); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -168,154 +198,150 @@ TS_INLINE __m256i scale_pairs(const uint8_t* sc16) {
   return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
+// Super-block sb of one half for T tokens, added to acc.
 template <DType W, int T>
-void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens<T>& tk, __m256* acc) {
   constexpr bool kQ5 = W == DType::Q5_K;
   constexpr int kG = kQ5 ? pq5_k::kBytes : pq4_k::kBytes;
   constexpr int kSc = kQ5 ? pq5_k::kSc : pq4_k::kSc;
   constexpr int kMn = kQ5 ? pq5_k::kMn : pq4_k::kMn;
   constexpr int kD = kQ5 ? pq5_k::kD : pq4_k::kD;
   constexpr int kDmin = kQ5 ? pq5_k::kDmin : pq4_k::kDmin;
-  const Tokens<T> tk(act, t0);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
-    __m256 acc[T];
+  const uint8_t* g = panel + sb * kG;
+  if (half == 0) prefetch_group<kG>(g + kG);
+  __m256i isum[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+  // Sub-block 2c + hi_nib: the low (hi_nib = 0) or high nibbles of chunk c's vectors,
+  // one pass each, so that only two sums per token are live (four tokens fit).
+  for (int c = 0; c < 4; ++c) {
     TS_UNROLL
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; ++sb) {
-      const uint8_t* g = panel + sb * kG;
-      if (half == 0) prefetch_group<kG>(g + kG);
-      __m256i isum[T];
+    for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
+      const __m256i sc = scale_pairs(g + kSc + 32 * c + 16 * hi_nib + 8 * half);
+      // Levels <= 31: 4 pair sums stay within 4 * 2 * 31 * 127 = 31496.
+      __m256i a[T];
       TS_UNROLL
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-      // Sub-block 2c + hi_nib: the low (hi_nib = 0) or high nibbles of chunk c's vectors,
-      // one pass each, so that only two sums per token are live (four tokens fit).
-      for (int c = 0; c < 4; ++c) {
+      for (int h = 0; h < 8; ++h) {
+        const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
+        __m256i w = hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+        if constexpr (kQ5) w = _mm256_or_si256(w, expand_mask(g + pq5_k::hbit(c, h, 0) + 8 * hi_nib, half, 0x10));
         TS_UNROLL
-        for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
-          const __m256i sc = scale_pairs(g + kSc + 32 * c + 16 * hi_nib + 8 * half);
-          // Levels <= 31: 4 pair sums stay within 4 * 2 * 31 * 127 = 31496.
-          __m256i a[T];
-          TS_UNROLL
-          for (int h = 0; h < 8; ++h) {
-            const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
-            __m256i w = hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
-            if constexpr (kQ5) w = _mm256_or_si256(w, expand_mask(g + pq5_k::hbit(c, h, 0) + 8 * hi_nib, half, 0x10));
-            TS_UNROLL
-            for (int t = 0; t < T; ++t) {
-              const __m256i p = _mm256_maddubs_epi16(w, bcast32(tk.q[t] + 256 * sb + 64 * c + 32 * hi_nib + 4 * h));
-              a[t] = h % 4 == 0 ? p : _mm256_add_epi16(a[t], p);
-              if (h % 4 == 3) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(a[t], sc));
-            }
-          }
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(w, bcast32(tk.q[t] + 256 * sb + 64 * c + 32 * hi_nib + 4 * h));
+          a[t] = h % 4 == 0 ? p : _mm256_add_epi16(a[t], p);
+          if (h % 4 == 3) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(a[t], sc));
         }
-      }
-      const __m256 d = load_half8(g + kD + 16 * half), dmin = load_half8(g + kDmin + 16 * half);
-      TS_UNROLL
-      for (int t = 0; t < T; ++t) {
-        __m256i imin = _mm256_setzero_si256();
-        TS_UNROLL
-        for (int p = 0; p < 4; ++p) {
-          const __m256i m = _mm256_cvtepu8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kMn + 32 * p + 16 * half)));
-          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(m, bcast32(tk.xs[t] + 8 * sb + 2 * p)));
-        }
-        const __m256 dx = _mm256_set1_ps(tk.d[t][sb]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, dx), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), acc[t]);
       }
     }
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
   }
+  const __m256 d = load_half8(g + kD + 16 * half), dmin = load_half8(g + kDmin + 16 * half);
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    __m256i imin = _mm256_setzero_si256();
+    TS_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      const __m256i m = _mm256_cvtepu8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kMn + 32 * p + 16 * half)));
+      imin = _mm256_add_epi32(imin, _mm256_madd_epi16(m, bcast32(tk.xs[t] + 8 * sb + 2 * p)));
+    }
+    const __m256 dx = _mm256_set1_ps(tk.d[t][sb]);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, dx), acc[t]);
+    acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), acc[t]);
+  }
+}
+
+template <DType W, int T>
+void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  const Tokens<T> tk(act, t0);
+  walk_panel<T>(nsb, n_rows, y, ys, t0,
+                [&](int64_t sb, int half, __m256* acc) TS_LAMBDA_INLINE { block_kx<W, T>(panel, sb, half, tk, acc); });
 }
 
 // ---------------------------------------------------------------------------------------
 // Q6_K.
 
+// Super-block sb of one half for T tokens, added to acc.
 template <int T>
-void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
-  const Tokens<T> tk(act, t0);
+TS_INLINE void block_q6_k(const uint8_t* panel, int64_t sb, int half, const Tokens<T>& tk, __m256* acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
-    __m256 acc[T];
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; ++sb) {
-      const uint8_t* g = panel + sb * pq6_k::kBytes;
-      if (half == 0) prefetch_group<pq6_k::kBytes>(g + pq6_k::kBytes);
-      __m256i isum[T];
+  const uint8_t* g = panel + sb * pq6_k::kBytes;
+  if (half == 0) prefetch_group<pq6_k::kBytes>(g + pq6_k::kBytes);
+  __m256i isum[T];
+  TS_UNROLL
+  for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+  for (int n = 0; n < 2; ++n) {
+    for (int q = 0; q < 2; ++q) {
+      const int idx0 = (2 * n + q) * 8;
+      // Sub-blocks j = 8n + 2q + hh + 4 * hi_nib from the low (hi_nib = 0) and high nibbles
+      // of nib[idx0 + 4hh .. + 3]. With many tokens in separate passes, so that few sums
+      // per token are live; with one or two, both from one load of the vectors (a
+      // second pass over them made decode 20% slower).
+      constexpr bool kSplit = T > 2;
+      constexpr int kPasses = kSplit ? 2 : 1, kNibs = kSplit ? 1 : 2;
       TS_UNROLL
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-      for (int n = 0; n < 2; ++n) {
-        for (int q = 0; q < 2; ++q) {
-          const int idx0 = (2 * n + q) * 8;
-          // Sub-blocks j = 8n + 2q + hh + 4 * hi_nib from the low (hi_nib = 0) and high nibbles
-          // of nib[idx0 + 4hh .. + 3]. With many tokens in separate passes, so that few sums
-          // per token are live; with one or two, both from one load of the vectors (a
-          // second pass over them made decode 20% slower).
-          constexpr bool kSplit = T > 2;
-          constexpr int kPasses = kSplit ? 2 : 1, kNibs = kSplit ? 1 : 2;
+      for (int hh = 0; hh < 2; ++hh) {
+        TS_UNROLL
+        for (int pass = 0; pass < kPasses; ++pass) {
+          auto nib_of = [&](int k) { return kSplit ? pass : k; };
+          auto sub_block = [&](int k) { return 8 * n + 2 * q + hh + 4 * nib_of(k); };
+          __m256i a[kNibs][T];
           TS_UNROLL
-          for (int hh = 0; hh < 2; ++hh) {
+          for (int k = 0; k < kNibs; ++k) {
             TS_UNROLL
-            for (int pass = 0; pass < kPasses; ++pass) {
-              auto nib_of = [&](int k) { return kSplit ? pass : k; };
-              auto sub_block = [&](int k) { return 8 * n + 2 * q + hh + 4 * nib_of(k); };
-              __m256i a[kNibs][T];
+            for (int t = 0; t < T; ++t) a[k][t] = _mm256_set1_epi32(tk.corr[t][16 * sb + sub_block(k)]);
+          }
+          TS_UNROLL
+          for (int h2 = 0; h2 < 2; ++h2) {
+            // Two nibble vectors share one vector of top bits (panel.h).
+            const int h = 4 * hh + 2 * h2;
+            const int idx = idx0 + h;
+            const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
+            const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
+            const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
+            TS_UNROLL
+            for (int k = 0; k < kNibs; ++k) {
+              const bool hi_nib = nib_of(k) == 1;
+              const __m256i lv[2] = {
+                  hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(va, 4), m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(top, 2), m30))
+                         : _mm256_or_si256(_mm256_and_si256(va, m4), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30)),
+                  hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vb, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(top, 2), m30))
+                         : _mm256_or_si256(_mm256_and_si256(vb, m4), _mm256_and_si256(top, m30))};
+              // Levels <= 63: the 2 pair sums of e = 0, 1 stay within 2 * 2 * 63 * 127 = 32004.
               TS_UNROLL
-              for (int k = 0; k < kNibs; ++k) {
-                TS_UNROLL
-                for (int t = 0; t < T; ++t) a[k][t] = _mm256_set1_epi32(tk.corr[t][16 * sb + sub_block(k)]);
-              }
-              TS_UNROLL
-              for (int h2 = 0; h2 < 2; ++h2) {
-                // Two nibble vectors share one vector of top bits (panel.h).
-                const int h = 4 * hh + 2 * h2;
-                const int idx = idx0 + h;
-                const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
-                const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
-                const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
-                TS_UNROLL
-                for (int k = 0; k < kNibs; ++k) {
-                  const bool hi_nib = nib_of(k) == 1;
-                  const __m256i lv[2] = {
-                      hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(va, 4), m4),
-                                               _mm256_and_si256(_mm256_slli_epi16(top, 2), m30))
-                             : _mm256_or_si256(_mm256_and_si256(va, m4), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30)),
-                      hi_nib ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vb, 4), m4),
-                                               _mm256_and_si256(_mm256_srli_epi16(top, 2), m30))
-                             : _mm256_or_si256(_mm256_and_si256(vb, m4), _mm256_and_si256(top, m30))};
-                  // Levels <= 63: the 2 pair sums of e = 0, 1 stay within 2 * 2 * 63 * 127 = 32004.
-                  TS_UNROLL
-                  for (int t = 0; t < T; ++t) {
-                    const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * h + 64 * nib_of(k);
-                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lv[0], bcast32(x)),
-                                                       _mm256_maddubs_epi16(lv[1], bcast32(x + 4)));
-                    a[k][t] = _mm256_add_epi32(a[k][t], _mm256_madd_epi16(p, ones16()));
-                  }
-                }
-              }
-              TS_UNROLL
-              for (int k = 0; k < kNibs; ++k) {
-                const __m256i sc = _mm256_cvtepi8_epi32(
-                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * sub_block(k) + 8 * half)));
-                TS_UNROLL
-                for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(a[k][t], sc));
+              for (int t = 0; t < T; ++t) {
+                const int8_t* x = tk.q[t] + 256 * sb + 128 * n + 32 * q + 4 * h + 64 * nib_of(k);
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lv[0], bcast32(x)),
+                                                   _mm256_maddubs_epi16(lv[1], bcast32(x + 4)));
+                a[k][t] = _mm256_add_epi32(a[k][t], _mm256_madd_epi16(p, ones16()));
               }
             }
           }
+          TS_UNROLL
+          for (int k = 0; k < kNibs; ++k) {
+            const __m256i sc = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + pq6_k::kSc + 16 * sub_block(k) + 8 * half)));
+            TS_UNROLL
+            for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(a[k][t], sc));
+          }
         }
       }
-      const __m256 d = load_half8(g + pq6_k::kD + 16 * half);
-      TS_UNROLL
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(tk.d[t][sb])),
-                                 acc[t]);
     }
-    TS_UNROLL
-    for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys + 8 * half, acc[t], n_rows - 8 * half);
   }
+  const __m256 d = load_half8(g + pq6_k::kD + 16 * half);
+  TS_UNROLL
+  for (int t = 0; t < T; ++t)
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(tk.d[t][sb])),
+                             acc[t]);
+}
+
+template <int T>
+void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  const Tokens<T> tk(act, t0);
+  walk_panel<T>(nsb, n_rows, y, ys, t0,
+                [&](int64_t sb, int half, __m256* acc) TS_LAMBDA_INLINE { block_q6_k<T>(panel, sb, half, tk, acc); });
 }
 
 // ---------------------------------------------------------------------------------------
