@@ -222,6 +222,22 @@ TEST_F(RunCli, UnsupportedArchitecture) {
   expect_clean_failure(run({"-m", path, "-p", "hi"}), "unsupported architecture 'foo'");
 }
 
+// A warm-up of many tokens (in several steps of -b, beyond the context: capped) leaves no
+// trace in the result; fewer than one token is a usage error.
+TEST_F(RunCli, LongWarmupLeavesTheOutputAsItWas) {
+  const Proc a = run({"-m", kModel, "-p", "The little dog", "-n", "24", "--temp", "0", "--json"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  for (const char* n : {"100", "100000"}) {
+    const Proc b = run({"-m", kModel, "-p", "The little dog", "-n", "24", "--temp", "0", "--json", "-b", "16",
+                        "--ctx", "256", "--warmup-tokens", n});
+    ASSERT_EQ(b.code, 0) << b.err;
+    const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+    EXPECT_EQ(ja["logits_hash"], jb["logits_hash"]) << n;
+    EXPECT_EQ(ja["tokens"], jb["tokens"]) << n;
+  }
+  expect_clean_failure(run({"-m", kModel, "-p", "hi", "--warmup-tokens", "0"}), "--warmup-tokens");
+}
+
 TEST_F(RunCli, NonPositiveTokenCount) {
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "-n", "0"}), "-n");
   expect_clean_failure(run({"-m", kModel, "-p", "hi", "-n", "-5"}), "-n");

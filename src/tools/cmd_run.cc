@@ -234,9 +234,10 @@ int cmd_run(int argc, char** argv) {
   // Warm-up: --warmup-tokens tokens (in steps of at most -b) through every layer fault the
   // weights in (from the page cache or the pack file) and size the scratch buffers for steps
   // of that many tokens, and every KV page is faulted in (as llama.cpp clears its KV buffer
-  // at load), so the prompt is timed at steady state: a 512-token prompt's first pass over
-  // fresh pages spent 10-25% of its time in the kernel zeroing them (llama 110m, 1 thread).
-  // Its sequence is removed; the prompt overwrites its KV cells.
+  // at load), so the prompt is timed at steady state, as llama-bench's warm-up (the whole
+  // prompt) leaves it. (perf of a 512-token llama 110m run: 5-24% of its samples in the
+  // kernel zeroing fresh pages, load included.) Its sequence is removed; the prompt
+  // overwrites its KV cells.
   double warmup_ms = 0;
   constexpr engine::SeqId kWarmSeq = 1, kSeq = 0;
   if (!o.no_warmup) {
