@@ -368,6 +368,17 @@ void tile(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, in
     tile32<W, T>(panel, nb, act, t0, y, ys, n_rows);
 }
 
+// The last n < kT tokens as one tile of n (R: the largest n).
+template <int R, DType W>
+void tail(int n, const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
+  if constexpr (R > 0) {
+    if (n == R)
+      tile<R, W>(panel, nb, act, t0, y, ys, n_rows);
+    else
+      tail<R - 1, W>(n, panel, nb, act, t0, y, ys, n_rows);
+  }
+}
+
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
@@ -378,25 +389,7 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
   int t = t0;
   const int end = t0 + nt;
   for (; t + kT <= end; t += kT) tile<kT, W>(panel, nb, act, t, y, ys, n_rows);
-  switch (end - t) {
-    case 5:
-      if constexpr (kT > 5) tile<5, W>(panel, nb, act, t, y, ys, n_rows);
-      break;
-    case 4:
-      if constexpr (kT > 4) tile<4, W>(panel, nb, act, t, y, ys, n_rows);
-      break;
-    case 3:
-      if constexpr (kT > 3) tile<3, W>(panel, nb, act, t, y, ys, n_rows);
-      break;
-    case 2:
-      if constexpr (kT > 2) tile<2, W>(panel, nb, act, t, y, ys, n_rows);
-      break;
-    case 1:
-      tile<1, W>(panel, nb, act, t, y, ys, n_rows);
-      break;
-    default:
-      break;
-  }
+  tail<kT - 1, W>(end - t, panel, nb, act, t, y, ys, n_rows);
 }
 
 }  // namespace
