@@ -25,6 +25,7 @@
 #include <limits>
 
 #include "expf_avx2.h"
+#include "f16_avx2.h"
 #include "ops/ops.h"
 #include "ops_internal.h"
 
@@ -35,19 +36,6 @@ namespace {
 
 constexpr int kChunk = 16;  // keys per chunk
 constexpr int kMaxQ = kMaxSeqQueries;
-
-// ---------------------------------------------------------------------------------------
-
-TS_ATTN_INLINE __m256 load_h8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-TS_ATTN_INLINE __m256 round_h8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
-// Rounded into a register, then stored (see store_h in ops_avx2.cc).
-TS_ATTN_INLINE void store_h8(uint16_t* p, __m256 v) {
-  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-  asm("" : "+x"(h));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
-}
 
 // score()'s sums a0..a3 over dims [32c, 32c+8), [+8, +16), [+16, +24), [+24, +32) of every
 // 32-dim chunk c, returned as (a0 + a2) + (a1 + a3), whose hsum is the score before scale.

@@ -1,7 +1,8 @@
 // e^x of 8 floats at once, equal to the C library's expf (std::exp(float)) for every x:
 // the construction of expf_avx512.h (e^x evaluated in double, relative error < 1e-14, and
 // rounded once; lanes within 2^-8 ulp of a rounding midpoint take the libm call) with
-// AVX2's operations. Include only from files compiled with the AVX2 flags (*_avx2.cc).
+// AVX2's operations. Internal linkage: include only from files compiled with the AVX2 flags
+// (*_avx2.cc).
 #pragma once
 
 #include <immintrin.h>
@@ -11,6 +12,7 @@
 #include "ops_internal.h"  // kExpInvFact
 
 namespace ts::ops::detail {
+namespace {
 namespace expf_avx2_impl {
 
 #define TS_EXPF_INLINE inline __attribute__((always_inline))
@@ -68,4 +70,5 @@ TS_EXPF_INLINE __m256 expf8(__m256 x, int active = 0xff) {
   return out;
 }
 
+}  // namespace
 }  // namespace ts::ops::detail

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/fp16.h"
+#include "f16_avx2.h"
 #include "ops/ops.h"
 #include "ops_internal.h"
 
@@ -25,23 +26,13 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-inline __m256 load_h(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-// Converted into a register, then stored: the empty asm keeps GCC from folding the two into
-// vcvtps2ph's memory form, which is slower on Zen 4 (attn_bench f16_update/ymm vs ymm_reg).
-inline void store_h(uint16_t* p, __m256 v) {
-  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-  asm("" : "+x"(h));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
-}
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
 // Eight elements of a row as floats: F16 rows converted, float rows (rows converted once
 // and shared by several queries) loaded. Products of two halves are exact in float, so
 // both give the same products.
-inline __m256 load8(const uint16_t* p) { return load_h(p); }
+inline __m256 load8(const uint16_t* p) { return load_h8(p); }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline float value(uint16_t h) { return h2f(h); }
 inline float value(float f) { return f; }
@@ -102,7 +93,7 @@ inline uint8_t softmax_step(float s, float& m, float& afac, float& vfac) {
 inline void scale_h(uint16_t* acc, float s, int n) {
   int d = 0;
   const __m256 vs = _mm256_set1_ps(s);
-  for (; d + 8 <= n; d += 8) store_h(acc + d, _mm256_mul_ps(load_h(acc + d), vs));
+  for (; d + 8 <= n; d += 8) store_h8(acc + d, _mm256_mul_ps(load_h8(acc + d), vs));
   for (; d < n; ++d) acc[d] = f2h(h2f(acc[d]) * s);
 }
 
@@ -113,8 +104,8 @@ inline void update(uint16_t* acc, const Row* v, float s, int dv) {
   const int dv32 = dv & ~31;
   const __m256 vs = _mm256_set1_ps(s);
   int d = 0;
-  for (; d < dv32; d += 8) store_h(acc + d, _mm256_fmadd_ps(load8(v + d), vs, load_h(acc + d)));
-  for (; d + 8 <= dv; d += 8) store_h(acc + d, _mm256_add_ps(load_h(acc + d), _mm256_mul_ps(load8(v + d), vs)));
+  for (; d < dv32; d += 8) store_h8(acc + d, _mm256_fmadd_ps(load8(v + d), vs, load_h8(acc + d)));
+  for (; d + 8 <= dv; d += 8) store_h8(acc + d, _mm256_add_ps(load_h8(acc + d), _mm256_mul_ps(load8(v + d), vs)));
   for (; d < dv; ++d) acc[d] = f2h(h2f(acc[d]) + value(v[d]) * s);
 }
 
@@ -123,7 +114,7 @@ inline void finish(const uint16_t* acc, float s_sum, int dv, float* out) {
   const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
   const __m256 vinv = _mm256_set1_ps(inv);
   int d = 0;
-  for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(load_h(acc + d), vinv));
+  for (; d + 8 <= dv; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(load_h8(acc + d), vinv));
   for (; d < dv; ++d) out[d] = h2f(acc[d]) * inv;
 }
 
@@ -162,7 +153,7 @@ inline void for_chunks(const KvSeqView& seq, int64_t n_keys, Scores&& scores, Up
 
 void to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) store_h(y + i, _mm256_loadu_ps(x + i));
+  for (; i + 8 <= n; i += 8) store_h8(y + i, _mm256_loadu_ps(x + i));
   for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
 
@@ -225,7 +216,7 @@ void attention_group_avx2(const float* const* q, const int64_t* n_kv, int n_q, c
   const uint16_t* v_base = kv.v(layer, 0) + int64_t(kv_head) * dv;
   auto to_float = [](const uint16_t* h, float* x, int n) {
     int d = 0;
-    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(x + d, load_h(h + d));
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(x + d, load_h8(h + d));
     for (; d < n; ++d) x[d] = h2f(h[d]);
   };
   auto scores = [&](int64_t p, int64_t cell, int nc) {
