@@ -16,6 +16,7 @@
 #include "act.h"
 #include "gemm_avx2.h"
 #include "panel.h"
+#include "prefetch.h"
 #include "quant_blocks.h"
 
 namespace ts::kernels::avx2 {
@@ -30,13 +31,16 @@ TS_INLINE __m256i bcast32(const void* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-// Requests every cache line of the next K-quant group (a few KiB) while this one computes:
-// during decode the out-of-order window alone keeps too few DRAM reads in flight (as in
-// gemm_avx512.cc). Only the first half of a panel's rows needs it: the second reads the
-// groups again from cache.
-template <int kBytes>
-TS_INLINE void prefetch_group(const uint8_t* g) {
-  for (int off = 0; off < kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
+// Step `step` of kSteps of a half's walk over group g requests its part of the next group
+// (prefetch.h): one token takes both halves of a group in turn (2 x kSteps parts), several
+// tokens all of half 0's groups before half 1's, whose rows then come from cache (half 1
+// requests nothing).
+template <int T, int kBytes, int kSteps>
+TS_INLINE void prefetch_step(const uint8_t* g, int half, int step) {
+  if constexpr (T == 1)
+    prefetch_part<kBytes, 2 * kSteps>(g + kBytes, kSteps * half + step);
+  else if (half == 0)
+    prefetch_part<kBytes, kSteps>(g + kBytes, step);
 }
 
 // An integer sum accumulated in order: without it GCC reassociates a tile's chains of adds
@@ -219,13 +223,13 @@ TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens
   constexpr int kDmin = kQ5 ? pq5_k::kDmin : pq4_k::kDmin;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const uint8_t* g = panel + sb * kG;
-  if (half == 0) prefetch_group<kG>(g + kG);
   __m256i isum[T];
   TS_UNROLL
   for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
   // Sub-block 2c + hi_nib: the low (hi_nib = 0) or high nibbles of chunk c's vectors,
   // one pass each, so that only two sums per token are live (four tokens fit).
   for (int c = 0; c < 4; ++c) {
+    prefetch_step<T, kG, 4>(g, half, c);
     TS_UNROLL
     for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
       const __m256i sc = scale_pairs(g + kSc + 32 * c + 16 * hi_nib + 8 * half);
@@ -277,15 +281,16 @@ template <int T>
 TS_INLINE void block_q6_k(const uint8_t* panel, int64_t sb, int half, const Tokens<T>& tk, __m256* acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const uint8_t* g = panel + sb * pq6_k::kBytes;
-  if (half == 0) prefetch_group<pq6_k::kBytes>(g + pq6_k::kBytes);
   __m256i isum[T];
   TS_UNROLL
   for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
   for (int n = 0; n < 2; ++n) {
     for (int q = 0; q < 2; ++q) {
-      const int idx0 = (2 * n + q) * 8;
+      prefetch_step<T, pq6_k::kBytes, 4>(g, half, 2 * n + q);
+      // Chunk 2n + q of the group (offsets from its start: no division at run time).
+      const uint8_t* chunk = g + pq6_k::nib(0) + pq6_k::kChunk * (2 * n + q);
       // Sub-blocks j = 8n + 2q + hh + 4 * hi_nib from the low (hi_nib = 0) and high nibbles
-      // of nib[idx0 + 4hh .. + 3]. With many tokens in separate passes, so that few sums
+      // of the chunk's nib[4hh .. 4hh + 3]. With many tokens in separate passes, so that few sums
       // per token are live; with one or two, both from one load of the vectors (a
       // second pass over them made decode 20% slower).
       constexpr bool kSplit = T > 2;
@@ -306,10 +311,9 @@ TS_INLINE void block_q6_k(const uint8_t* panel, int64_t sb, int half, const Toke
           for (int h2 = 0; h2 < 2; ++h2) {
             // Two nibble vectors share one vector of top bits (panel.h).
             const int h = 4 * hh + 2 * h2;
-            const int idx = idx0 + h;
-            const __m256i top = load256(g + pq6_k::top(idx) + 32 * half);
-            const __m256i va = load256(g + pq6_k::nib(idx) + 32 * half);
-            const __m256i vb = load256(g + pq6_k::nib(idx + 1) + 32 * half);
+            const __m256i top = load256(chunk + pq6_k::top(h) - pq6_k::nib(0) + 32 * half);
+            const __m256i va = load256(chunk + pq6_k::nib(h) - pq6_k::nib(0) + 32 * half);
+            const __m256i vb = load256(chunk + pq6_k::nib(h + 1) - pq6_k::nib(0) + 32 * half);
             TS_UNROLL
             for (int k = 0; k < kNibs; ++k) {
               const bool hi_nib = nib_of(k) == 1;

@@ -23,6 +23,7 @@
 #include "act.h"
 #include "gemm_avx512.h"
 #include "panel.h"
+#include "prefetch.h"
 #include "quant_blocks.h"
 
 namespace ts::kernels::avx512 {
@@ -48,21 +49,6 @@ TS_INLINE __mmask64 load_mask(const uint8_t* p) {
   return _cvtu64_mask64(m);
 }
 TS_INLINE __m512i dpbusd(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
-
-// Requests every cache line of a group at once. A K-quant group is a few KiB and its loop
-// long, so during decode the out-of-order window alone keeps too few DRAM reads in flight.
-// The tiles request the next group's lines while computing this one (Q6_K: this one's
-// too): on Zen 5 single-token matvecs ran Q4_K +17-60%, Q5_K +18-31%, Q6_K +20-35% faster
-// than with only the current group requested (kernels_bench matvec/<type>/avx512/
-// {896x4864,4096x2048}/t1, 3 alternating runs), which Zen 4 had measured fastest.
-// Two groups ahead measured +10-15% (Q4_K, Q6_K) on Zen 5 but 5-15% slower for Q4_K on
-// Zen 4 (read bandwidth 17.6 GB/s at 1 thread that day; 5 alternating runs each), so one.
-template <int kBytes>
-TS_INLINE void prefetch_group(const uint8_t* g) {
-  TS_UNROLL
-  for (int off = 0; off < kBytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
-}
 
 TS_INLINE void store_rows(float* y, __m512 v, int n_rows) {
   _mm512_mask_storeu_ps(y, __mmask16((1u << n_rows) - 1), v);
@@ -346,11 +332,11 @@ void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* g = panel + sb * kG;
-    prefetch_group<kG>(g + kG);  // the next group: its lines arrive while this one computes
     __m512i isum[T];
     TS_UNROLL
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {
+      prefetch_part<kG, 4>(g + kG, c);  // the next group, a quarter per chunk (prefetch.h)
       __m512i a[T], bb[T];
       TS_UNROLL
       for (int t = 0; t < T; ++t) a[t] = bb[t] = _mm512_setzero_si512();
@@ -413,13 +399,12 @@ void tile_q6_k(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float*
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* g = panel + sb * pq6_k::kBytes;
-    prefetch_group<pq6_k::kBytes>(g);  // (mostly hits: it was the previous group's next)
-    prefetch_group<pq6_k::kBytes>(g + pq6_k::kBytes);
     __m512i isum[T];
     TS_UNROLL
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int n = 0; n < 2; ++n) {
       for (int q = 0; q < 2; ++q) {
+        prefetch_part<pq6_k::kBytes, 4>(g + pq6_k::kBytes, 2 * n + q);  // the next group (prefetch.h)
         const int idx0 = (2 * n + q) * 8;
         for (int hh = 0; hh < 2; ++hh) {
           const int jl = 8 * n + 2 * q + hh, jh = jl + 4;  // sub-blocks of the low/high nibbles
