@@ -279,13 +279,17 @@ bool attention_seq_avx2(const AttnQuery* qs, int n_q, const KvCache& kv, int lay
   const int64_t ks = kv.k_cell_stride(), vs_stride = kv.v_cell_stride();
   const uint16_t* k_base = kv.k(layer, 0);
   const uint16_t* v_base = kv.v(layer, 0);
+  // Key by key, the queries of each key in turn: the cells are read in order, front to back
+  // (a query's walk over the chunk read every cell's K at a stride, each query a
+  // different slice: 81% of the scores' time waited on those loads; perf, llama 110m
+  // decode at depth 512 on AVX2). Each query's own steps keep their order.
   auto scores = [&](int64_t p, int64_t cell, int nc) {
-    for (int i = 0; i < n_q; ++i) {
-      const uint16_t* kh = k_base + cell * ks + int64_t(qs[i].kv_head) * dk;
-      for (int c = 0; c < nc; ++c)
-        f[i].what[c] = p + c >= qs[i].n_kv
-                           ? 0
-                           : softmax_step(score(kh + c * ks, q16[i], dk, scale), m[i], f[i].afac[c], f[i].vfac[c]);
+    for (int c = 0; c < nc; ++c) {
+      const uint16_t* kc = k_base + (cell + c) * ks;
+      for (int i = 0; i < n_q; ++i)
+        f[i].what[c] = p + c >= qs[i].n_kv ? 0
+                                           : softmax_step(score(kc + int64_t(qs[i].kv_head) * dk, q16[i], dk, scale),
+                                                          m[i], f[i].afac[c], f[i].vfac[c]);
     }
   };
   auto updates = [&](int64_t cell, int nc) {
