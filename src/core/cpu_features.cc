@@ -30,6 +30,16 @@ bool request_amx_permission() {
 #endif
 }
 
+// The family of an AMD CPU (base + extended family, as AMD numbers them), 0 for others.
+unsigned amd_family() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned base = (a >> 8) & 0xF, ext = (a >> 20) & 0xFF;
+  return base == 0xF ? base + ext : base;
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned a, b, c, d;
@@ -56,6 +66,7 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && zmm_ok && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_vnni = f.avx512 && vnni;
   f.avx512_bf16 = f.avx512 && avx512bf16;
+  f.avx512_split = f.avx512 && amd_family() == 0x19;
   if (f.avx512 && tile_ok && amx_tile && request_amx_permission()) {
     f.amx_int8 = amx_int8;
     f.amx_bf16 = amx_bf16;

@@ -23,11 +23,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
+#include "core/cpu_features.h"
 #include "ops/ops.h"
 #include "attn_tiled_ref.h"
 #include "expf_avx512.h"
@@ -48,27 +51,48 @@ template <int C>
 constexpr bool kValidChunk = C >= 1 && C <= kChunk;
 #define TS_ATTN_INLINE inline __attribute__((always_inline))
 
-// F16 conversions go 8 lanes at a time: on the Zen 4 of docs/BENCHMARKS.md two 256-bit
-// vcvtph2ps/vcvtps2ph convert 16 lanes faster than one 512-bit form, and vcvtps2ph into a
-// register plus a plain store is faster than its memory form. One accumulator update of
-// 16 lanes (2 loads converted, an FMA, a rounding store; rows in L2) takes 1.31 ns with
-// 512-bit forms, 1.17 ns with 256-bit ones and 0.96 ns stored from a register (attn_bench
-// f16_update/{zmm,ymm,ymm_reg}). attn_bench against the 512-bit version: group/256 12.2
-// -> 11.9 ms, seq/64 13.2-13.8 -> 12.4-12.8, seq/128/gqa4 14.4-15.4 -> 13.2-13.4,
-// seq/64/decode 74-81 -> 70-71 us. Same bits.
+// F16 conversions (the same bits either way) in the form the CPU runs fastest, the kernels'
+// template parameter W (wide):
+// - W = false, 8 lanes per instruction, for CPUs that execute 512-bit operations as two
+//   256-bit halves (CpuFeatures::avx512_split: Zen 4). There two 256-bit vcvtph2ps /
+//   vcvtps2ph convert 16 lanes faster than one 512-bit form, and vcvtps2ph into a register
+//   plus a plain store is faster than its memory form: one accumulator update of 16 lanes
+//   (2 loads converted, an FMA, a rounding store; rows in L2) took 1.31 ns with 512-bit
+//   forms, 1.17 ns with 256-bit ones and 0.96 ns stored from a register (attn_bench
+//   f16_update/{zmm,ymm,ymm_reg}; group/256 12.2 -> 11.9 ms, seq/64 13.2-13.8 -> 12.4-12.8).
+// - W = true, 16 lanes per instruction, for CPUs with full-width 512-bit units (Zen 5,
+//   Intel), in the units that reuse cells for many queries (prompts). On Zen 5 the 512-bit
+//   update runs at 1.72 G/s against 1.24 G/s for the 256-bit one from a register;
+//   attn_bench (3 alternating runs, M pairs/s): group/256 59-61 -> 82-84, seq/64 168-177
+//   -> 208-217, seq/128/gqa4 110-112 -> 142-148; prompts of 479 tokens end to end (5
+//   alternating runs, medians): 110m Q8_0 1958 -> 2105 tok/s (t1), 3715 -> 3839 (t2), Gemma
+//   3 270M 1828 -> 1922 (t1); 0.5b Q4_K_M 1033 -> 1104 (t2, 3 runs). Streaming units
+//   (decode) keep W = false: there 16 lanes gained 12-14% with one thread (seq/64/decode
+//   120-123 -> 134-143, group/256/decode 53-55 -> 74-75) but seq/64/decode16 on 2 threads
+//   stayed at 8-9 M cells/s where 8 lanes reached 12-13 in most runs, and decode end to end
+//   (110m Q8_0 at depth 479, 16 sequences of 110m and Gemma 3) moved within the noise.
 inline __m512 round_h(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 round_h8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 load_h8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+template <bool W = false>
 inline __m512 load_h16(const uint16_t* p) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(load_h8(p)), load_h8(p + 8), 1);
+  if constexpr (W)
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  else
+    return _mm512_insertf32x8(_mm512_castps256_ps512(load_h8(p)), load_h8(p + 8), 1);
 }
 // The empty asm keeps GCC from folding the conversion and the store into the memory form.
 inline void store_h8(uint16_t* p, __m256 v) {
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
   asm("" : "+x"(h));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+}
+inline void store_h16(uint16_t* p, __m512 v) {
+  __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  asm("" : "+x"(h));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
 }
 
 // The AVX2 dot keeps four 8-lane sums a0..a3 over dims [32c, 32c+8), [+8, +16), [+16, +24),
@@ -134,6 +158,8 @@ inline __m512 hsum16(T&& t, int n) {
 
 inline __m256 load_v8(const float* p) { return _mm256_load_ps(p); }
 inline __m256 load_v8(const uint16_t* p) { return load_h8(p); }
+inline __m512 load_v16(const float* p) { return _mm512_load_ps(p); }
+inline __m512 load_v16(const uint16_t* p) { return load_h16<true>(p); }
 
 // One accumulator update: acc = f16(v * vsc + acc), the accumulator first rescaled
 // (f16(acc * ms)) when the query's max moved at this key. The accumulators are F16 in
@@ -141,8 +167,24 @@ inline __m256 load_v8(const uint16_t* p) { return load_h8(p); }
 // (Kept as F16-valued floats, with the same two conversions per update, each update
 // stored and reloaded 64 bytes a vector instead of 32: prompt attention 2-6% slower,
 // attn_bench group/256, seq/64, seq/128/gqa4.)
-template <int D, typename VRow>
+template <int D, bool W, typename VRow>
 TS_ATTN_INLINE void update_acc(uint16_t* acc, const VRow* v, float vsc, bool moved, float ms) {
+  if constexpr (W) {
+    const __m512 vv = _mm512_set1_ps(vsc);
+    if (moved) {
+      const __m512 vm = _mm512_set1_ps(ms);
+#pragma GCC unroll 16
+      for (int r = 0; r < D / 16; ++r) {
+        const __m512 a = round_h(_mm512_mul_ps(load_h16<true>(acc + 16 * r), vm));
+        store_h16(acc + 16 * r, _mm512_fmadd_ps(load_v16(v + 16 * r), vv, a));
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int r = 0; r < D / 16; ++r)
+        store_h16(acc + 16 * r, _mm512_fmadd_ps(load_v16(v + 16 * r), vv, load_h16<true>(acc + 16 * r)));
+    }
+    return;
+  }
   const __m256 vv = _mm256_set1_ps(vsc);
   if (moved) {
     const __m256 vm = _mm256_set1_ps(ms);
@@ -166,7 +208,7 @@ TS_ATTN_INLINE void update_acc(uint16_t* acc, const VRow* v, float vsc, bool mov
 // hangs off them, so the exps of a chunk overlap. Then the accumulator updates, key by
 // key and query by query, so that the chains of all queries overlap each other; the
 // accumulators stay in memory as F16 (update_acc).
-template <int D, typename V>
+template <int D, bool W, typename V>
 inline void softmax_accumulate_vector(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
                                       float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries && kMaxSeqQueries <= 32);
@@ -202,7 +244,7 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
       if (j >= ci[i] || (lo && j < lo[i])) continue;
-      update_acc<D>(acc[i], vrow(i, j), f_vsc[j][i], moved[j] >> i & 1u, f_ms[j][i]);
+      update_acc<D, W>(acc[i], vrow(i, j), f_vsc[j][i], moved[j] >> i & 1u, f_ms[j][i]);
     }
 }
 
@@ -213,7 +255,7 @@ inline void softmax_accumulate_vector(const float* st, int ss, int c, const int*
 // (which clobber every vector register) cost no spills. The factors of key j + 1 are
 // computed after the update of key j, so that no update waits for its exp call. Per
 // query, the float operations of the AVX2 path in its order.
-template <int D, typename V>
+template <int D, bool W, typename V>
 inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
                                       float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   static_assert(kMaxSeqQueries >= kMaxGroupQueries);
@@ -241,7 +283,7 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
   for (int j = 0; j < c; ++j)
     for (int i = 0; i < n_q; ++i) {
       if (j >= ci[i] || (lo && j < lo[i])) continue;
-      update_acc<D>(acc[i], vrow(i, j), f_vsc[i], f_moved[i], f_ms[i]);
+      update_acc<D, W>(acc[i], vrow(i, j), f_vsc[i], f_moved[i], f_ms[i]);
       if (j + 1 < ci[i]) factors(i, j + 1);
     }
 }
@@ -252,13 +294,13 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 // attention 6% faster, attn_bench), the libm calls between updates win with few queries
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
 // ci[i]: query i takes keys [lo[i], ci[i]) of the chunk (lo null: from 0).
-template <int D, typename V>
+template <int D, bool W, typename V>
 inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
                                float* s_sum, uint16_t (*acc)[D], V&& vrow) {
   if (D <= 128 && n_q >= 8)
-    softmax_accumulate_vector<D>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
+    softmax_accumulate_vector<D, W>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
   else
-    softmax_accumulate_scalar<D>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
+    softmax_accumulate_scalar<D, W>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
 }
 
 // Cells of positions [p, p + n) of a block table, without a division per key.
@@ -303,7 +345,7 @@ TS_ATTN_INLINE void for_chunks(const KvSeqView& seq, int64_t max_kv, Body&& body
   }
 }
 
-template <int D, int C>
+template <int D, int C, bool W>
 void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer, int kv_head,
            const KvSeqView& seq, float scale, float* const* out, const int64_t* kv_begin) {
   constexpr int NV = D / 16;  // registers per row
@@ -339,9 +381,9 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
       const uint16_t* vr = v_base + cur[j] * vs;
       __m512 kreg[NV];
 #pragma GCC unroll 16
-      for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kr + 16 * r);
+      for (int r = 0; r < NV; ++r) kreg[r] = load_h16<W>(kr + 16 * r);
 #pragma GCC unroll 16
-      for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16(vr + 16 * r));
+      for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16<W>(vr + 16 * r));
       const __m512 sums = hsum16([&](int i) { return dot16<D>(kreg, qf[i]); }, n_q);
       _mm512_store_ps(st[j], _mm512_mul_ps(sums, vscale));
     }
@@ -349,13 +391,13 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
       ci[i] = int(std::clamp<int64_t>(n_kv[i] - p0, 0, c));
       if (kv_begin) lo[i] = int(std::clamp<int64_t>(kv_begin[i] - p0, 0, c));
     }
-    softmax_accumulate<D>(st[0], kMaxGroupQueries, c, ci, kv_begin ? lo : nullptr, n_q, m, s_sum, acc,
+    softmax_accumulate<D, W>(st[0], kMaxGroupQueries, c, ci, kv_begin ? lo : nullptr, n_q, m, s_sum, acc,
                           [&](int, int j) { return vf[j]; });
   });
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
-    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(out[i] + 16 * r, _mm512_mul_ps(load_h16(acc[i] + 16 * r), vinv));
+    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(out[i] + 16 * r, _mm512_mul_ps(load_h16<W>(acc[i] + 16 * r), vinv));
   }
 }
 
@@ -364,7 +406,7 @@ void group(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& k
 // then the softmax factors and accumulator updates as in group<D>. When all queries share
 // one kv head (prompt units), V rows are converted once per chunk, as in group<D>;
 // otherwise each update converts the row of its own head.
-template <int D, int C>
+template <int D, int C, bool W>
 void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq, float scale) {
   constexpr int NV = D / 16;
   alignas(64) float qf[kMaxSeqQueries][D];
@@ -407,7 +449,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
       const uint16_t* vcell = v_base + cur[j] * vs;
       if (shared_v) {
 #pragma GCC unroll 16
-        for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16(vcell + int64_t(h_lo) * D + 16 * r));
+        for (int r = 0; r < NV; ++r) _mm512_store_ps(vf[j] + 16 * r, load_h16<W>(vcell + int64_t(h_lo) * D + 16 * r));
       } else {
         for (int i = 0; i < n_q; ++i) vrow[i][j] = vcell + int64_t(qs[i].kv_head) * D;
       }
@@ -419,7 +461,7 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
               const int h = qs[b + t].kv_head;
               if (h != loaded) {
 #pragma GCC unroll 16
-                for (int r = 0; r < NV; ++r) kreg[r] = load_h16(kcell + int64_t(h) * D + 16 * r);
+                for (int r = 0; r < NV; ++r) kreg[r] = load_h16<W>(kcell + int64_t(h) * D + 16 * r);
                 loaded = h;
               }
               return dot16<D>(kreg, qf[b + t]);
@@ -430,15 +472,15 @@ void seq_heads(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const
     }
     for (int i = 0; i < n_q; ++i) ci[i] = int(std::clamp<int64_t>(qs[i].n_kv - p0, 0, c));
     if (shared_v)
-      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc, [&](int, int j) { return vf[j]; });
+      softmax_accumulate<D, W>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc, [&](int, int j) { return vf[j]; });
     else
-      softmax_accumulate<D>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc,
+      softmax_accumulate<D, W>(st[0], kMaxSeqQueries, c, ci, nullptr, n_q, m, s_sum, acc,
                             [&](int i, int j) { return vrow[i][j]; });
   });
   for (int i = 0; i < n_q; ++i) {
     const float inv = s_sum[i] == 0.0f ? 0.0f : 1.0f / s_sum[i];
     const __m512 vinv = _mm512_set1_ps(inv);
-    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(qs[i].out + 16 * r, _mm512_mul_ps(load_h16(acc[i] + 16 * r), vinv));
+    for (int r = 0; r < NV; ++r) _mm512_storeu_ps(qs[i].out + 16 * r, _mm512_mul_ps(load_h16<W>(acc[i] + 16 * r), vinv));
   }
 }
 
@@ -709,7 +751,27 @@ bool tiled_run(const TiledQuery* tq, int n_q, const KvCache& kv, int layer, cons
   }
 }
 
+std::atomic<F16Width> g_f16_width{F16Width::kAuto};
+
+// run(integral_constant D, integral_constant W) for head sizes 64, 128 and 256; false
+// otherwise. `stream`: a unit that streams the cache (decode), which keeps the 8-lane
+// conversions unless told otherwise.
+template <typename Run>
+bool with_head_size(int d, bool stream, Run&& run) {
+  const F16Width w = g_f16_width.load(std::memory_order_relaxed);
+  const bool wide = w == F16Width::kAuto ? !stream && !cpu_features().avx512_split : w == F16Width::k512;
+  auto at = [&](auto dc) { return wide ? run(dc, std::true_type{}) : run(dc, std::false_type{}); };
+  switch (d) {
+    case 64: return at(std::integral_constant<int, 64>{});
+    case 128: return at(std::integral_constant<int, 128>{});
+    case 256: return at(std::integral_constant<int, 256>{});
+    default: return false;
+  }
+}
+
 }  // namespace
+
+void set_attention_f16_width(F16Width w) { g_f16_width.store(w, std::memory_order_relaxed); }
 
 void expf_avx512(const float* x, float* y, int64_t n) {
   int64_t i = 0;
@@ -730,15 +792,14 @@ bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int l
     h_hi = std::max(h_hi, qs[i].kv_head);
   }
   const bool stream = n_q <= kStreamMaxReuse * (h_hi - h_lo + 1);
-  switch (dk) {
-    case 64: stream ? seq_heads<64, kStreamChunk>(qs, n_q, kv, layer, seq, scale)
-                    : seq_heads<64, kChunk>(qs, n_q, kv, layer, seq, scale); return true;
-    case 128: stream ? seq_heads<128, kStreamChunk>(qs, n_q, kv, layer, seq, scale)
-                     : seq_heads<128, kChunk>(qs, n_q, kv, layer, seq, scale); return true;
-    case 256: stream ? seq_heads<256, kStreamChunk>(qs, n_q, kv, layer, seq, scale)
-                     : seq_heads<256, kChunk>(qs, n_q, kv, layer, seq, scale); return true;
-    default: return false;
-  }
+  auto run = [&](auto d, auto w) {
+    constexpr int D = decltype(d)::value;
+    constexpr bool W = decltype(w)::value;
+    stream ? seq_heads<D, kStreamChunk, W>(qs, n_q, kv, layer, seq, scale)
+           : seq_heads<D, kChunk, W>(qs, n_q, kv, layer, seq, scale);
+    return true;
+  };
+  return with_head_size(dk, stream, run);
 }
 
 bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q, const KvCache& kv, int layer,
@@ -747,15 +808,14 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
   const int dk = kv.shape().head_dim_k, dv = kv.shape().head_dim_v;
   if (dk != dv) return false;
   const bool stream = n_q <= kStreamMaxReuse;
-  switch (dk) {
-    case 64: stream ? group<64, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
-                    : group<64, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
-    case 128: stream ? group<128, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
-                     : group<128, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
-    case 256: stream ? group<256, kStreamChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
-                     : group<256, kChunk>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin); return true;
-    default: return false;
-  }
+  auto run = [&](auto d, auto w) {
+    constexpr int D = decltype(d)::value;
+    constexpr bool W = decltype(w)::value;
+    stream ? group<D, kStreamChunk, W>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin)
+           : group<D, kChunk, W>(q, n_kv, n_q, kv, layer, kv_head, seq, scale, out, kv_begin);
+    return true;
+  };
+  return with_head_size(dk, stream, run);
 }
 
 bool attention_tiled_avx512(const float* const* q, const int64_t* n_kv, const int64_t* kv_begin, int n_q,

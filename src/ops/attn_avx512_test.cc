@@ -18,7 +18,21 @@
 namespace ts::ops {
 namespace {
 
-TEST(AttentionAvx512, BitIdenticalToAvx2) {
+using detail::F16Width;
+
+// The flash kernels in both forms of their F16 conversions (8 and 16 lanes per
+// instruction; the CPU picks one), whatever this CPU would pick.
+class AttentionWidth : public testing::TestWithParam<F16Width> {
+ protected:
+  void SetUp() override { detail::set_attention_f16_width(GetParam()); }
+  void TearDown() override { detail::set_attention_f16_width(F16Width::kAuto); }
+};
+INSTANTIATE_TEST_SUITE_P(F16, AttentionWidth, testing::Values(F16Width::k256, F16Width::k512),
+                         [](const testing::TestParamInfo<F16Width>& i) {
+                           return i.param == F16Width::k256 ? "ymm" : "zmm";
+                         });
+
+TEST_P(AttentionWidth, Avx512BitIdenticalToAvx2) {
   if (!cpu_features().avx512 || !cpu_features().avx2) GTEST_SKIP() << "no AVX-512 on this CPU";
   Rng rng(17);
   for (int dim : {64, 128, 256})
@@ -79,7 +93,7 @@ TEST(AttentionAvx512, BitIdenticalToAvx2) {
 // attention_seq (all heads of a cell per key, chains interleaved) against attention_group
 // per kv head, bit for bit, in both numerics: decode-like (every head, one length) and
 // prompt-like (one head, many lengths) query sets, GQA groups of 1 and 4.
-TEST(AttentionSeq, BitIdenticalToGroups) {
+TEST_P(AttentionWidth, SeqBitIdenticalToGroups) {
   Rng rng(23);
   for (int dim : {40, 64, 128, 256})
     for (int bs : {16, 3}) {
@@ -130,7 +144,7 @@ TEST(AttentionSeq, BitIdenticalToGroups) {
 // attention_seq at query counts around the 16 scores reduced together: 1, 2, 17 and 32
 // queries, all of one kv head (value rows shared by the whole call) or of heads taken in
 // runs of 3 (rows per query), lengths from 1 to past two chunks.
-TEST(AttentionSeq, AnyQueryCountBitIdenticalToGroups) {
+TEST_P(AttentionWidth, SeqAnyQueryCountBitIdenticalToGroups) {
   Rng rng(29);
   for (int dim : {64, 256}) {
     const int n_pos = 45, n_head_kv = 4, bs = 16;

@@ -17,7 +17,8 @@
 //   256-bit ones rounded into a register then stored (attn_avx512.cc's form). Items are
 //   16-lane updates.
 // Items are (query, key) pairs otherwise; the rate is what to compare between builds.
-// The attention numerics: ATTN_BENCH_NUMERICS=flash-f16 (default), tiled-f32 or softmax-f16.
+// The attention numerics: ATTN_BENCH_NUMERICS=flash-f16 (default), tiled-f32 or softmax-f16;
+// the flash kernels' F16 conversions: ATTN_BENCH_F16=256 or 512 (default: the CPU's pick).
 // GCC 12's AVX-512 intrinsics build on self-initialized "undefined" vectors and warn about
 // them at every inlined use (f16_update); the values are never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -36,6 +37,7 @@
 #include "core/rng.h"
 #include "ops/kv_cache.h"
 #include "ops/ops.h"
+#include "ops_internal.h"
 
 namespace ts::ops {
 namespace {
@@ -50,6 +52,15 @@ ops::AttnNumerics numerics() {
   }();
   return n;
 }
+
+const bool kWidthSet = [] {
+  const char* e = std::getenv("ATTN_BENCH_F16");
+  const std::string v = e ? e : "";
+  detail::set_attention_f16_width(v == "256"   ? detail::F16Width::k256
+                                  : v == "512" ? detail::F16Width::k512
+                                               : detail::F16Width::kAuto);
+  return true;
+}();
 
 struct Prompt {
   int n_pos, n_head_kv, dim, group;

@@ -79,6 +79,13 @@ bool attention_group_avx512(const float* const* q, const int64_t* n_kv, int n_q,
                             int kv_head, const KvSeqView& seq, float scale, float* const* out,
                             const int64_t* kv_begin = nullptr);
 
+// The F16 conversions of the two above: 8 lanes per instruction (k256) or 16 (k512) in all
+// units; kAuto (the default) takes k512 for the units that reuse cells (prompts) unless
+// CpuFeatures::avx512_split, k256 otherwise (attn_avx512.cc). The results are the same bits;
+// tests and benchmarks set it to run both forms on any AVX-512 CPU.
+enum class F16Width { kAuto, k256, k512 };
+void set_attention_f16_width(F16Width w);
+
 // AVX-512 attention_seq in the flash numerics (attn_avx512.cc), same head sizes as above.
 bool attention_seq_avx512(const AttnQuery* qs, int n_q, const KvCache& kv, int layer, const KvSeqView& seq,
                           float scale);

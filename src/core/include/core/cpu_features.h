@@ -16,6 +16,9 @@ struct CpuFeatures {
   bool avx512 = false;      // F + BW + VL + DQ
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
+  // AVX-512 operations executed as two 256-bit halves (AMD family 19h: Zen 4), where some
+  // kernels run faster in 256-bit forms (attn_avx512.cc's F16 conversions).
+  bool avx512_split = false;
   bool amx_int8 = false;    // AMX-TILE + AMX-INT8, and the OS granted tile state
   bool amx_bf16 = false;
   bool amx_emulated = false;  // amx_int8 by software tiles (TIERSERVE_ISA=amx-emulated)
