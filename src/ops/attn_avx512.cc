@@ -293,11 +293,14 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 // queries and short rows (llama 110m: prompt attention 9% and 16-sequence decode
 // attention 6% faster, attn_bench), the libm calls between updates win with few queries
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
+// With 16-lane conversions (W) the updates are cheaper and long rows take the vector
+// factors too (Zen 5, attn_bench group/256, Gemma's prompt units of 16 queries, 3
+// alternating runs: 81-84 -> 87-89 M pairs/s).
 // ci[i]: query i takes keys [lo[i], ci[i]) of the chunk (lo null: from 0).
 template <int D, bool W, typename V>
 inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,
                                float* s_sum, uint16_t (*acc)[D], V&& vrow) {
-  if (D <= 128 && n_q >= 8)
+  if ((D <= 128 || W) && n_q >= 8)
     softmax_accumulate_vector<D, W>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
   else
     softmax_accumulate_scalar<D, W>(st, ss, c, ci, lo, n_q, m, s_sum, acc, vrow);
