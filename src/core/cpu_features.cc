@@ -115,6 +115,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512, "avx512");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_bf16, "avx512_bf16");
+  add(avx512_split, "avx512_split");
   add(amx_int8 && !amx_emulated, "amx_int8");
   add(amx_emulated, "amx_int8(emulated)");
   add(amx_bf16, "amx_bf16");

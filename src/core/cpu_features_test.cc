@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 namespace ts {
@@ -60,6 +59,7 @@ TEST(CpuFeatures, CapsDropWhatTheIsaLacks) {
   EXPECT_TRUE(avx512.avx512 && avx512.avx512_split);
   EXPECT_FALSE(avx512.amx_int8 || avx512.amx_bf16);
   EXPECT_EQ(cap_features(all, "scalar").to_string(), "scalar");
+  EXPECT_EQ(avx512.to_string(), "avx2 avx512 avx512_vnni avx512_bf16 avx512_split");
 }
 
 }  // namespace

@@ -71,6 +71,8 @@ constexpr bool kValidChunk = C >= 1 && C <= kChunk;
 //   120-123 -> 134-143, group/256/decode 53-55 -> 74-75) but seq/64/decode16 on 2 threads
 //   stayed at 8-9 M cells/s where 8 lanes reached 12-13 in most runs, and decode end to end
 //   (110m Q8_0 at depth 479, 16 sequences of 110m and Gemma 3) moved within the noise.
+// The kTiledF32 kernels below (not the default numerics) keep the 8-lane loads; the 16-lane
+// form was not measured there.
 inline __m512 round_h(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 round_h8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 inline __m256 load_h8(const uint16_t* p) {
@@ -294,8 +296,8 @@ inline void softmax_accumulate_scalar(const float* st, int ss, int c, const int*
 // attention 6% faster, attn_bench), the libm calls between updates win with few queries
 // or long rows (Gemma 3's 4 query heads of 256: decode 25% slower with vector factors).
 // With 16-lane conversions (W) the updates are cheaper and long rows take the vector
-// factors too (Zen 5, attn_bench group/256, Gemma's prompt units of 16 queries, 3
-// alternating runs: 81-84 -> 87-89 M pairs/s).
+// factors too (Zen 5, attn_bench group/256, Gemma's prompt units of 16 queries, two sets of
+// 3 alternating runs: 77-84 -> 85-89 M pairs/s).
 // ci[i]: query i takes keys [lo[i], ci[i]) of the chunk (lo null: from 0).
 template <int D, bool W, typename V>
 inline void softmax_accumulate(const float* st, int ss, int c, const int* ci, const int* lo, int n_q, float* m,

@@ -22,7 +22,7 @@ struct CpuFeatures {
   bool amx_int8 = false;    // AMX-TILE + AMX-INT8, and the OS granted tile state
   bool amx_bf16 = false;
   bool amx_emulated = false;  // amx_int8 by software tiles (TIERSERVE_ISA=amx-emulated)
-  std::string to_string() const;  // "avx2 avx512 vnni bf16"
+  std::string to_string() const;  // "avx2 avx512 avx512_vnni avx512_bf16 avx512_split"
 };
 
 // Detected once, then capped by TIERSERVE_ISA.
