@@ -15,6 +15,8 @@
 #   TIERSERVE_BIN [build/bin/tierserve]   TIERSERVE_MODEL [~/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf]
 #   THREADS [2]              engine threads (`serve -t`)
 #   SERVE_ARGS []            extra `tierserve serve` flags for every cell, e.g. "--step-budget 64"
+#   SERVE_WRAP []            a command the server runs under, e.g. "bash bench/throttle.sh 0.8"
+#                            (a slower machine: the server's CPU time capped, the client's not)
 #   BENCH_ARGS []            extra `tierserve bench` flags for every cell
 #   OUT_DIR [build/bench-results/isolation-<UTC timestamp>]
 #   SEED [7]
@@ -42,6 +44,7 @@ BIN=${TIERSERVE_BIN:-$ROOT/build/bin/tierserve}
 MODEL=${TIERSERVE_MODEL:-$HOME/.cache/tierserve/models/gemma-3-270m-q4_k_m.gguf}
 THREADS=${THREADS:-2}
 SERVE_ARGS=${SERVE_ARGS:-}
+SERVE_WRAP=${SERVE_WRAP:-}
 BENCH_ARGS=${BENCH_ARGS:-}
 OUT_DIR=${OUT_DIR:-$ROOT/build/bench-results/isolation-$(date -u +%Y%m%dT%H%M%SZ)}
 SEED=${SEED:-7}
@@ -77,7 +80,7 @@ else
   command -v curl > /dev/null || die "curl is needed to read /metrics"
   mkdir -p "$OUT_DIR"
   log "output: $OUT_DIR"
-  log "model: $MODEL, -t $THREADS, serve args: '${SERVE_ARGS}', bench args: '${BENCH_ARGS}'"
+  log "model: $MODEL, -t $THREADS, serve args: '${SERVE_ARGS}', bench args: '${BENCH_ARGS}', serve wrap: '${SERVE_WRAP}'"
 
   SPID=""
   GPID=""
@@ -103,8 +106,8 @@ else
     shift
     local port_file="$OUT_DIR/$cell.port"
     rm -f "$port_file"
-    # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
-    "$BIN" serve -m "$MODEL" -t "$THREADS" -p 0 --port-file "$port_file" "$@" $SERVE_ARGS \
+    # shellcheck disable=SC2086  # SERVE_WRAP is a command, SERVE_ARGS a list of flags
+    $SERVE_WRAP "$BIN" serve -m "$MODEL" -t "$THREADS" -p 0 --port-file "$port_file" "$@" $SERVE_ARGS \
       > "$OUT_DIR/$cell.serve.out" 2> "$OUT_DIR/$cell.serve.err" &
     SPID=$!
     for _ in $(seq 1 600); do
@@ -288,11 +291,12 @@ fi
 
 # table.md: from the JSON, the metrics before/after and the sampled gauges of each cell.
 python3 - "$OUT_DIR" "$CAPACITY_RPS" "$FLOOD_RPS" "$FLOOD_FACTOR" "$MODEL" "$THREADS" "$SERVE_ARGS" \
-  "$UF_RATE" "$UF_INPUT_LEN" "$UF_OUTPUT_LEN" "$STD_INPUT_LEN" "$STD_OUTPUT_LEN" "$CELLS" << 'EOF' > "$OUT_DIR/table.md"
+  "$UF_RATE" "$UF_INPUT_LEN" "$UF_OUTPUT_LEN" "$STD_INPUT_LEN" "$STD_OUTPUT_LEN" "$CELLS" "$SERVE_WRAP" \
+  << 'EOF' > "$OUT_DIR/table.md"
 import json, os, re, sys, time
 
 (out, cap, flood, factor, model, threads, serve_args, uf_rate, uf_in, uf_out, std_in, std_out,
- cells) = sys.argv[1:]
+ cells, serve_wrap) = sys.argv[1:]
 cells = cells.split(",")
 
 
@@ -419,8 +423,9 @@ def cpu():
     # "AMD EPYC" alone does not tell Zen 3 from Zen 4: the family and model numbers do.
     forced = os.environ.get("TIERSERVE_ISA", "")
     kernels = f"; kernels forced by TIERSERVE_ISA={forced}" if forced else ""
+    wrap = f"; the server run under `{serve_wrap}`" if serve_wrap else ""
     return (f"{name} (family {info.get('cpu family', '?')} model {info.get('model', '?')}, {os.cpu_count()} CPUs, "
-            f"{isa}{kernels})")
+            f"{isa}{kernels}{wrap})")
 
 
 btt, _, _ = admitted("baseline")
@@ -484,6 +489,22 @@ print("| cell | tier | sent | refused 429/503 (+ Retry-After) | accepted | compl
 print("|---|---|---|---|---|---|---|---|---|---|")
 
 
+def moved_failures(cell):
+    """Ultrafast requests of the steady state admitted on the tier they were moved to and
+    failed there (a stream refused after that tier's max wait). One refused at arrival
+    (429) is counted under ultrafast, the tier it asked for, wherever it would have gone."""
+    n = 0
+    try:
+        for line in open(f"{out}/{cell}.ultrafast.requests.jsonl"):
+            r = json.loads(line)
+            if (r.get("phase") == "steady" and r.get("status") == 200 and r.get("error")
+                    and r.get("tier_served") not in (None, "ultrafast")):
+                n += 1
+    except (OSError, ValueError):
+        pass
+    return n
+
+
 def retry_after_ok(cell, tier):
     try:
         for line in open(f"{out}/{cell}.{tier}.requests.jsonl"):
@@ -510,9 +531,13 @@ for cell in cells:
         # The server counts an answer under the tier that served it: an ultrafast request
         # downgraded to standard is standard's ok there (the steady state's, from the
         # ultrafast requests' records).
-        moved = admitted(cell)[1]
-        expect_ok = client_ok - moved if tier == "ultrafast" else client_ok + moved
-        agree = srv["ok"] == expect_ok and srv["rejected"] + srv["error"] + srv["cancelled"] == client_failed
+        # So is one downgraded, admitted there and then refused (a stream refused on
+        # standard after its max wait): standard's rejected or error.
+        moved, moved_failed = admitted(cell)[1], moved_failures(cell)
+        sign = -1 if tier == "ultrafast" else 1
+        expect_ok = client_ok + sign * moved
+        expect_failed = client_failed + sign * moved_failed
+        agree = srv["ok"] == expect_ok and srv["rejected"] + srv["error"] + srv["cancelled"] == expect_failed
         ra = "" if not n["refused"] else (" ✓" if retry_after_ok(cell, tier) else " (Retry-After missing!)")
         print(f"| {cell} | {tier} | {n['requests']} | {n['refused']}{ra} | {accepted} | {n['ok']} | "
               f"{lost}{' ⚠' if lost else ''} | {n['warm']} / {n['warm_err']} | {srv['ok']:.0f} / "
