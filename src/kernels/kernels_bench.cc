@@ -141,6 +141,29 @@ void bm_act(benchmark::State& st, Isa isa, bool k_quant, int64_t cols) {
   st.counters["floats/s"] = benchmark::Counter(double(cols), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The ceiling benchmarks' data: 16 Q8_0 panel groups (544 bytes: 8 x 64 bytes of levels,
+// 16 F16 row scales) and 16 activation records (400 bytes: 10 tokens x 32 levels, 10 F32
+// scales, 10 corrections), random levels and normal scales (random bytes would make
+// denormal floats and halves, whose assists would be timed instead of the tile).
+struct CeilingData {
+  std::vector<uint8_t> panels = std::vector<uint8_t>(16 * 544), recs = std::vector<uint8_t>(16 * 400);
+  CeilingData() {
+    Rng rng(3);
+    for (auto& v : panels) v = uint8_t(rng.next_u64());
+    for (auto& v : recs) v = uint8_t(rng.next_u64());
+    for (size_t r = 0; r < 16; ++r) {
+      for (size_t t = 0; t < 10; ++t) {
+        const float dx = 0.01f * float(t + 1);
+        std::memcpy(&recs[r * 400 + 320 + 4 * t], &dx, 4);
+      }
+      for (size_t k = 0; k < 16; ++k) {
+        const uint16_t half = 0x3800;  // F16 0.5
+        std::memcpy(&panels[r * 544 + 512 + 2 * k], &half, 2);
+      }
+    }
+  }
+};
+
 // The ceiling of the Q8_0 tiles' instruction mix, on data that stays in L1: per block of
 // 32 columns, gemm_avx512.cc's tile32x for 10 tokens issues 8 level loads flipped to
 // unsigned, 80 vpdpbusd on broadcast activations, and per token an int->float conversion,
@@ -198,22 +221,85 @@ void bm_q8_0_mix(benchmark::State& st) {
     st.SkipWithError("needs AVX-512 VNNI");
     return;
   }
-  Rng rng(3);
-  std::vector<uint8_t> panels(16 * 544), recs(16 * 400);
-  for (auto& v : panels) v = uint8_t(rng.next_u64());
-  for (auto& v : recs) v = uint8_t(rng.next_u64() & 0x3f);  // small scales: finite floats
+  const CeilingData data;
   std::vector<float> out(160);
   constexpr int64_t kBlocks = 4096;
   for (auto _ : st) {
-    q8_0_mix<kFloats>(panels.data(), recs.data(), kBlocks, out.data());
+    q8_0_mix<kFloats>(data.panels.data(), data.recs.data(), kBlocks, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   st.counters["flops"] = benchmark::Counter(2.0 * 16 * 32 * 10 * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same for gemm_avx2.cc's Q8_0 tile of 6 tokens on one 8-row half (AVX2 has no
+// vpdpbusd): per block, 8 level loads and their absolute values, and per level vector and
+// token a broadcast, the sign of the activations by the weights', vpmaddubsw, vpmaddwd by
+// ones and the 32-bit add (4 vector operations per 32 products, 2 of them multiplies);
+// then the float part per token. Compares with matmul/q8_0/avx2/*/n16/t1 (tiles of 6, 6, 4).
+#define TS_BENCH_AVX2 __attribute__((target("avx2,fma,f16c")))
+template <bool kFloats>
+TS_BENCH_AVX2 __attribute__((noinline)) void q8_0_mix_avx2(
+    const uint8_t* panels, const uint8_t* recs, int64_t n_blocks, float* out) {
+  constexpr int kT = 6, kPanel = 544, kRec = 400;  // the AVX-512 records' layout, 6 of its 10 tokens
+  __m256 acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* g = panels + (b & 15) * kPanel;
+    const uint8_t* x = recs + (b & 15) * kRec;
+    __m256i s[kT];
+#pragma GCC unroll 6
+    for (int t = 0; t < kT; ++t) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 64 * j));
+      const __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 6
+      for (int t = 0; t < kT; ++t) {
+        int32_t v;
+        std::memcpy(&v, x + 32 * t + 4 * j, 4);
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(v), w));
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, ones));
+        asm("" : "+x"(s[t]));  // in order, as gemm_avx2.cc's keep_chain
+      }
+    }
+    if constexpr (kFloats) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 512)));
+#pragma GCC unroll 6
+      for (int t = 0; t < kT; ++t) {
+        float dx;
+        std::memcpy(&dx, x + 320 + 4 * t, 4);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[t]);
+      }
+    } else {
+#pragma GCC unroll 6
+      for (int t = 0; t < kT; ++t) acc[t] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc[t]), s[t]));
+    }
+  }
+  for (int t = 0; t < kT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+template <bool kFloats>
+void bm_q8_0_mix_avx2(benchmark::State& st) {
+  if (!cpu_features().avx2) {  // (with FMA and F16C)
+    st.SkipWithError("needs AVX2");
+    return;
+  }
+  const CeilingData data;
+  std::vector<float> out(48);
+  constexpr int64_t kBlocks = 4096;
+  for (auto _ : st) {
+    q8_0_mix_avx2<kFloats>(data.panels.data(), data.recs.data(), kBlocks, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["flops"] = benchmark::Counter(2.0 * 8 * 32 * 6 * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
   benchmark::RegisterBenchmark("ceiling/q8_0_tile10/full", bm_q8_0_mix<true>);
   benchmark::RegisterBenchmark("ceiling/q8_0_tile10/integer_only", bm_q8_0_mix<false>);
+  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/full", bm_q8_0_mix_avx2<true>);
+  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/integer_only", bm_q8_0_mix_avx2<false>);
   // AMX adds kernels for many tokens only: its conversions and matvecs are AVX-512's.
   for (Isa isa : testing::isas_here())
     for (bool k_quant : {false, true})
