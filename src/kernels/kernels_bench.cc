@@ -215,21 +215,6 @@ TS_BENCH_AVX512 __attribute__((noinline)) void q8_0_mix(
   for (int t = 0; t < kT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-template <bool kFloats>
-void bm_q8_0_mix(benchmark::State& st) {
-  if (!cpu_features().avx512 || !cpu_features().avx512_vnni) {
-    st.SkipWithError("needs AVX-512 VNNI");
-    return;
-  }
-  const CeilingData data;
-  std::vector<float> out(160);
-  constexpr int64_t kBlocks = 4096;
-  for (auto _ : st) {
-    q8_0_mix<kFloats>(data.panels.data(), data.recs.data(), kBlocks, out.data());
-    benchmark::DoNotOptimize(out.data());
-  }
-  st.counters["flops"] = benchmark::Counter(2.0 * 16 * 32 * 10 * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
-}
 
 // The same for gemm_avx2.cc's Q8_0 tile of 6 tokens on one 8-row half (AVX2 has no
 // vpdpbusd): per block, 8 level loads and their absolute values, and per level vector and
@@ -279,27 +264,36 @@ TS_BENCH_AVX2 __attribute__((noinline)) void q8_0_mix_avx2(
   for (int t = 0; t < kT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
-template <bool kFloats>
-void bm_q8_0_mix_avx2(benchmark::State& st) {
-  if (!cpu_features().avx2) {  // (with FMA and F16C)
-    st.SkipWithError("needs AVX2");
+// One ceiling kernel over CeilingData's 16 groups, 4096 blocks per call; `flops` counts
+// the products of a block (rows x 32 columns x tokens) twice.
+using CeilingFn = void (*)(const uint8_t*, const uint8_t*, int64_t, float*);
+void bm_ceiling(benchmark::State& st, CeilingFn mix, bool supported, const char* needs, double flops_per_block) {
+  if (!supported) {
+    st.SkipWithError(needs);
     return;
   }
   const CeilingData data;
-  std::vector<float> out(48);
+  std::vector<float> out(160);  // up to 10 tokens x 16 rows
   constexpr int64_t kBlocks = 4096;
   for (auto _ : st) {
-    q8_0_mix_avx2<kFloats>(data.panels.data(), data.recs.data(), kBlocks, out.data());
+    mix(data.panels.data(), data.recs.data(), kBlocks, out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  st.counters["flops"] = benchmark::Counter(2.0 * 8 * 32 * 6 * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["flops"] = benchmark::Counter(flops_per_block * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+
 void register_all() {
-  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/full", bm_q8_0_mix<true>);
-  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/integer_only", bm_q8_0_mix<false>);
-  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/full", bm_q8_0_mix_avx2<true>);
-  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/integer_only", bm_q8_0_mix_avx2<false>);
+  const CpuFeatures& f = cpu_features();
+  const bool vnni = f.avx512 && f.avx512_vnni;
+  constexpr double k512 = 2.0 * 16 * 32 * 10, k256 = 2.0 * 8 * 32 * 6;  // rows x columns x tokens
+  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/full", bm_ceiling, q8_0_mix<true>, vnni, "needs AVX-512 VNNI", k512);
+  benchmark::RegisterBenchmark("ceiling/q8_0_tile10/integer_only", bm_ceiling, q8_0_mix<false>, vnni,
+                               "needs AVX-512 VNNI", k512);
+  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/full", bm_ceiling, q8_0_mix_avx2<true>, f.avx2, "needs AVX2",
+                               k256);
+  benchmark::RegisterBenchmark("ceiling/q8_0_avx2_tile6/integer_only", bm_ceiling, q8_0_mix_avx2<false>, f.avx2,
+                               "needs AVX2", k256);
   // AMX adds kernels for many tokens only: its conversions and matvecs are AVX-512's.
   for (Isa isa : testing::isas_here())
     for (bool k_quant : {false, true})
