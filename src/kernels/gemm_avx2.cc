@@ -98,9 +98,10 @@ struct Tokens {
 // ---------------------------------------------------------------------------------------
 // 32-element blocks.
 
-// One block (32 columns) of one half (8 rows) for T tokens, added to acc.
+// One block (32 columns) of one half (8 rows) for T tokens, added to acc. next: 0, or
+// where the same block of the next panel is (the panel's first tile of several tokens).
 template <DType W, int T>
-TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T>& tk, __m256* acc) {
+TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T>& tk, int64_t next, __m256* acc) {
   constexpr int kG = group_bytes32<W>();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const uint8_t* g = panel + b * kG;
@@ -109,10 +110,18 @@ TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T
   // so the out-of-order window holds few blocks' loads: request the block 8 groups ahead
   // (Zen 4, AVX2, decode t1 / t2 medians of 7 alternating runs: 110m Q8_0 153 -> 167 /
   // 209 -> 234 tok/s, SmolLM2-135M Q4_1 103 -> 152 / 156 -> 218; 16 or 32 groups ahead
-  // no better). Several tokens are compute bound and need none.
+  // no better). Several tokens compute longer per block, but their first tile of a panel
+  // still waits on memory where the matrix does not stay in cache (a batched decode step's
+  // output projection): its half 0, which reads every line, requests the next panel's
+  // block, as the AVX-512 tiles do (prefetch.h). Zen 5, kernels_bench matmul avx2
+  // 262144x640/n16, medians of 5 alternating runs, t1 / t2: Q8_0 91 -> 154 / 173 -> 282
+  // GFLOP/s, Q5_0 98 -> 119 / 175 -> 231; 4096x640 (from cache) unchanged. Requesting 4
+  // groups ahead instead measured the same for Q8_0 and 10-15% less for Q5_0.
   if constexpr (T == 1) {
     constexpr int kAhead = 8;
     if (half == 0) prefetch_part<kG, 1>(g + kAhead * kG, 0);
+  } else {
+    if (next != 0 && half == 0) prefetch_group_l2<kG>(g + next);
   }
   __m256i isum[T];
   if constexpr (W == DType::Q8_0) {
@@ -208,8 +217,13 @@ TS_INLINE void walk_panel(int64_t nb, int n_rows, float* y, int64_t ys, int t0, 
 template <DType W, int T>
 void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
   const Tokens<T> tk(act, t0);
-  walk_panel<T>(nb, n_rows, y, ys, t0,
-                [&](int64_t b, int half, __m256* acc) TS_LAMBDA_INLINE { block32<W, T>(panel, b, half, tk, acc); });
+  // The panel's first tile (matmul.cc's run_panels starts each panel at token 0) requests
+  // the next one. Panels are consecutive where they are pre-packed; elsewhere (a panel
+  // packed on the fly, past the last panel) the requests are of no use but harmless.
+  const int64_t next = T > 1 && t0 == 0 ? nb * group_bytes32<W>() : 0;
+  walk_panel<T>(nb, n_rows, y, ys, t0, [&](int64_t b, int half, __m256* acc) TS_LAMBDA_INLINE {
+    block32<W, T>(panel, b, half, tk, next, acc);
+  });
 }
 
 // ---------------------------------------------------------------------------------------

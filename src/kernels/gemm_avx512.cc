@@ -165,18 +165,10 @@ void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, 
   for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
 }
 
-// Requests the lines of the group at g, the same block of the next panel. With several
-// tokens a panel is compute bound, and while it runs the hardware prefetchers alone keep
-// too few of the next panel's DRAM reads in flight (a 16-token step of Gemma 3 270M's
-// output projection took the sum of its compute and its DRAM time). Panels are consecutive
-// where they are pre-packed; past the last panel, or after a panel packed on the fly, the
-// addresses are of no use but harmless (prefetches never fault).
-template <int kBytes>
-TS_INLINE void prefetch_next(const uint8_t* g) {
-  TS_UNROLL
-  for (int off = 0; off < kBytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T1);
-}
+// The tiles of several tokens request the same block of the next panel
+// (prefetch_group_l2, prefetch.h). Panels are consecutive where they are pre-packed; past
+// the last panel, or after a panel packed on the fly, the addresses are of no use but
+// harmless (prefetches never fault).
 
 // Unpacked levels of a panel (the 8 vectors of unpack32 per block), so that the tiles of
 // many tokens unpack each block once instead of once per tile.
@@ -187,7 +179,7 @@ void unpack_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
   constexpr int kG = group_bytes32<W>();
   const int64_t next = nb * kG;
   for (int64_t b = 0; b < nb; ++b, panel += kG, out += kPreBytes) {
-    prefetch_next<kG>(panel + next);
+    prefetch_group_l2<kG>(panel + next);
     TS_UNROLL
     for (int h = 0; h < 4; ++h) {
       __m512i lo, hi;
@@ -272,7 +264,7 @@ TS_INLINE void tile_loop(const uint8_t* panel, const uint8_t* pre, int64_t nb, c
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const uint8_t* const end = panel + nb * kG;
   for (const uint8_t* g = panel; g != end; g += kG, x += kRec, pre += kPreStep) {
-    if constexpr (kPf) prefetch_next<kG>(g + nb * kG);
+    if constexpr (kPf) prefetch_group_l2<kG>(g + nb * kG);
     group(g, pre, x, acc);
   }
   TS_UNROLL
@@ -521,7 +513,7 @@ void unpack_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
   constexpr int kG = group_bytes_k<W>();
   const int64_t next = nsb * kG;
   for (int64_t sb = 0; sb < nsb; ++sb, panel += kG, out += kPreKBytes) {
-    prefetch_next<kG>(panel + next);
+    prefetch_group_l2<kG>(panel + next);
     for (int c = 0; c < 4; ++c) {
       TS_UNROLL
       for (int i = 0; i < 16; ++i) _mm512_store_si512(out + 64 * (16 * c + i), k_level<W>(panel, 16 * c + i));

@@ -1,4 +1,5 @@
-// Software prefetch of the next K-quant group, for the panel kernels of every ISA (private).
+// Software prefetch for the panel kernels of every ISA (private): the next K-quant group,
+// and the next panel's block for tiles of several tokens.
 //
 // During decode a K-quant tile's loop over a group (a few KiB) is long, and the
 // out-of-order window alone keeps too few DRAM reads in flight, so the tiles request the
@@ -23,6 +24,17 @@ inline __attribute__((always_inline)) void prefetch_part(const uint8_t* next, in
     const int line = part * kPer + i;
     if (line < kLines) _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T0);
   }
+}
+
+// Requests every line of the kBytes at g into L2: the same block of the next panel, from
+// a tile of several tokens. With several tokens a panel is compute bound, and while it runs
+// the hardware prefetchers alone keep too few of the next panel's DRAM reads in flight (a
+// 16-token step of Gemma 3 270M's output projection took the sum of its compute and its
+// DRAM time); requested a panel ahead, the reads overlap the panel's compute.
+template <int kBytes>
+inline __attribute__((always_inline)) void prefetch_group_l2(const uint8_t* g) {
+  _Pragma("GCC unroll 16") for (int off = 0; off < kBytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T1);
 }
 
 }  // namespace
