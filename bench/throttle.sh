@@ -9,7 +9,7 @@
 #   SERVE_WRAP="bash bench/throttle.sh 0.8" bash bench/isolation.sh
 #
 # It emulates slower cores, not a slower memory system: a bandwidth-bound step slows less
-# than its cap. The cgroup is removed when the command ends.
+# than its cap.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: throttle.sh CPUS COMMAND [ARGS...]" >&2; exit 2; }
 CPUS=$1
@@ -17,32 +17,30 @@ shift
 PERIOD_US=${PERIOD_US:-$(awk -v c="$CPUS" 'BEGIN { p = c > 0 ? int(1000 / c + 0.999) : 1000; print p < 1000 ? 1000 : p }')}
 QUOTA_US=$(awk -v c="$CPUS" -v p="$PERIOD_US" 'BEGIN { q = int(c * p + 0.5); if (c <= 0 || q < 1000) exit 1; print q }') ||
   { echo "throttle.sh: CPUS must give a quota of at least 1000 us per period (got $CPUS x $PERIOD_US us)" >&2; exit 2; }
-NAME=tierserve-throttle-$$
+# The script moves itself into a cgroup of its own and becomes the command (exec): the
+# command keeps this script's PID, gets its signals and gives its exit status. Nothing is
+# left to remove the cgroup when it ends, so each start first removes the empty cgroups of
+# earlier runs (rmdir fails on one that still has processes).
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then  # cgroup v2
-  DIR=/sys/fs/cgroup/$NAME
-  grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
-  mkdir "$DIR"
-  echo "$QUOTA_US $PERIOD_US" > "$DIR/cpu.max"
+  BASE=/sys/fs/cgroup
+  grep -qw cpu "$BASE/cgroup.subtree_control" || echo +cpu > "$BASE/cgroup.subtree_control"
 elif [ -d /sys/fs/cgroup/cpu ]; then  # cgroup v1
-  DIR=/sys/fs/cgroup/cpu/$NAME
-  mkdir "$DIR"
-  echo "$PERIOD_US" > "$DIR/cpu.cfs_period_us"
-  echo "$QUOTA_US" > "$DIR/cpu.cfs_quota_us"
+  BASE=/sys/fs/cgroup/cpu
 else
   echo "throttle.sh: no CPU cgroup controller mounted under /sys/fs/cgroup" >&2
   exit 1
 fi
-echo "[throttle] $CPUS cores ($QUOTA_US us of every $PERIOD_US us): $*" >&2
-# The command runs as a child in the cgroup (this shell stays outside it); a signal to
-# this script is passed on, and the cgroup is removed once the command has ended.
-cleanup() { rmdir "$DIR" 2> /dev/null || true; }
-trap cleanup EXIT
-sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' throttle "$DIR" "$@" &
-CHILD=$!
-trap 'kill -TERM "$CHILD" 2> /dev/null' TERM INT
-set +e
-wait "$CHILD"
-RC=$?
-# wait returns early on a trapped signal: wait again for the command's own exit status.
-while kill -0 "$CHILD" 2> /dev/null; do wait "$CHILD"; RC=$?; done
-exit $RC
+for old in "$BASE"/tierserve-throttle-*; do
+  [ -d "$old" ] && rmdir "$old" 2> /dev/null || true
+done
+DIR=$BASE/tierserve-throttle-$$
+mkdir "$DIR"
+if [ "$BASE" = /sys/fs/cgroup ]; then
+  echo "$QUOTA_US $PERIOD_US" > "$DIR/cpu.max"
+else
+  echo "$PERIOD_US" > "$DIR/cpu.cfs_period_us"
+  echo "$QUOTA_US" > "$DIR/cpu.cfs_quota_us"
+fi
+echo "[throttle] $CPUS cores ($QUOTA_US us of every $PERIOD_US us, cgroup $DIR): $*" >&2
+echo $$ > "$DIR/cgroup.procs"
+exec "$@"
