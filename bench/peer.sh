@@ -244,8 +244,9 @@ for v in $VARIANTS; do
   if [[ -n $MODEL ]]; then
     set +e
     if [[ $v == ik ]]; then
-      "$dir/bin/llama-cli" -m "$MODEL" -p "Once upon a time" -n 4 -t 2 -rtr --no-warmup \
-        </dev/null >"$dir.smoke.log" 2>&1
+      # (in its build directory: its llama-cli writes main.log and llama.log where it runs)
+      (cd "$dir" && "$dir/bin/llama-cli" -m "$(realpath "$MODEL")" -p "Once upon a time" -n 4 -t 2 -rtr --no-warmup \
+        </dev/null >"$dir.smoke.log" 2>&1)
     else
       "$dir/bin/llama-completion" -m "$MODEL" -p "Once upon a time" -n 4 -no-cnv -t 2 --no-warmup \
         </dev/null >"$dir.smoke.log" 2>&1
