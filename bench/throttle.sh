@@ -14,13 +14,14 @@ set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: throttle.sh CPUS COMMAND [ARGS...]" >&2; exit 2; }
 CPUS=$1
 shift
+[[ $CPUS =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "throttle.sh: CPUS must be a number of cores, such as 0.8 (got '$CPUS')" >&2; exit 2; }
 PERIOD_US=${PERIOD_US:-$(awk -v c="$CPUS" 'BEGIN { p = c > 0 ? int(1000 / c + 0.999) : 1000; print p < 1000 ? 1000 : p }')}
 QUOTA_US=$(awk -v c="$CPUS" -v p="$PERIOD_US" 'BEGIN { q = int(c * p + 0.5); if (c <= 0 || q < 1000) exit 1; print q }') ||
   { echo "throttle.sh: CPUS must give a quota of at least 1000 us per period (got $CPUS x $PERIOD_US us)" >&2; exit 2; }
-# The script moves itself into a cgroup of its own and becomes the command (exec): the
-# command keeps this script's PID, gets its signals and gives its exit status. Nothing is
-# left to remove the cgroup when it ends, so each start first removes the empty cgroups of
-# earlier runs (rmdir fails on one that still has processes).
+# The script moves itself into a cgroup of its own, named for its PID, and becomes the
+# command (exec): the command keeps this PID, gets its signals and gives its exit status.
+# Nothing is left to remove the cgroup when it ends, so each start first removes those of
+# earlier runs whose PID has ended (rmdir also fails on one that still has processes).
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then  # cgroup v2
   BASE=/sys/fs/cgroup
   grep -qw cpu "$BASE/cgroup.subtree_control" || echo +cpu > "$BASE/cgroup.subtree_control"
@@ -31,15 +32,15 @@ else
   exit 1
 fi
 for old in "$BASE"/tierserve-throttle-*; do
-  [ -d "$old" ] && rmdir "$old" 2> /dev/null || true
+  [ -d "$old" ] && ! kill -0 "${old##*-}" 2> /dev/null && { rmdir "$old" 2> /dev/null || true; }
 done
 DIR=$BASE/tierserve-throttle-$$
 mkdir "$DIR"
 if [ "$BASE" = /sys/fs/cgroup ]; then
-  echo "$QUOTA_US $PERIOD_US" > "$DIR/cpu.max"
+  echo "$QUOTA_US $PERIOD_US" > "$DIR/cpu.max" || { rmdir "$DIR"; exit 1; }
 else
-  echo "$PERIOD_US" > "$DIR/cpu.cfs_period_us"
-  echo "$QUOTA_US" > "$DIR/cpu.cfs_quota_us"
+  { echo "$PERIOD_US" > "$DIR/cpu.cfs_period_us" && echo "$QUOTA_US" > "$DIR/cpu.cfs_quota_us"; } ||
+    { rmdir "$DIR"; exit 1; }
 fi
 echo "[throttle] $CPUS cores ($QUOTA_US us of every $PERIOD_US us, cgroup $DIR): $*" >&2
 echo $$ > "$DIR/cgroup.procs"
