@@ -215,7 +215,6 @@ TS_BENCH_AVX512 __attribute__((noinline)) void q8_0_mix(
   for (int t = 0; t < kT; ++t) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-
 // The same for gemm_avx2.cc's Q8_0 tile of 6 tokens on one 8-row half (AVX2 has no
 // vpdpbusd): per block, 8 level loads and their absolute values, and per level vector and
 // token a broadcast, the sign of the activations by the weights', vpmaddubsw, vpmaddwd by
@@ -281,7 +280,6 @@ void bm_ceiling(benchmark::State& st, CeilingFn mix, bool supported, const char*
   }
   st.counters["flops"] = benchmark::Counter(flops_per_block * kBlocks, benchmark::Counter::kIsIterationInvariantRate);
 }
-
 
 void register_all() {
   const CpuFeatures& f = cpu_features();
