@@ -71,9 +71,9 @@ class Throttle(unittest.TestCase):
         r = throttle("1", "sh", "-c", "exit 3")
         self.assertEqual(r.returncode, 3, r.stderr)
         p = subprocess.Popen(["bash", os.path.join(ARGS.root, "bench/throttle.sh"), "1", "sh", "-c",
-                              'echo $$; trap "exit 7" TERM; while :; do sleep 0.05; done'],
+                              'trap "exit 7" TERM; echo $$; while :; do sleep 0.05; done'],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        pid = int(p.stdout.readline())
+        pid = int(p.stdout.readline())  # printed once the trap is set: SIGTERM cannot come first
         self.assertEqual(pid, p.pid)  # exec: no wrapper between the caller and the command
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=10), 7)
