@@ -3,12 +3,15 @@
 # a bounded time, the GGUF reader (gguf_fuzz), the OpenAI request parser of the server
 # (request_fuzz) and the server's connection-level HTTP framing (http_fuzz: byte streams
 # of several requests). Exits non-zero when a fuzzer finds a crash, a leak, a timeout or an
-# allocation over the limit; the input is saved in build-fuzz/artifacts/.
+# allocation over the limit; the input is saved in build-fuzz/artifacts/. The same sanitized
+# build runs one test that is not a fuzzer: the gateway's upstream client with its cancels
+# racing pending reads (upstream_sanitized_test, target "upstream"), where a use-after-free
+# reads as nothing in an optimized build but aborts under ASan.
 #
 #   scripts/fuzz.sh                  # GGUF 60 s (FUZZ_SECONDS), requests 30 s (REQUEST_FUZZ_SECONDS),
 #                                    # HTTP streams 30 s (HTTP_FUZZ_SECONDS)
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
-#   FUZZ_TARGETS=request scripts/fuzz.sh   # only one target (default: "gguf request http")
+#   FUZZ_TARGETS=request scripts/fuzz.sh   # only one target (default: "gguf request http upstream")
 #   FUZZ_JOBS=2 scripts/fuzz.sh      # parallel fuzzing processes (default 1)
 #   scripts/fuzz.sh CRASH_FILE...    # re-run saved inputs once (FUZZ_TARGET=request|http for those)
 #
@@ -23,7 +26,7 @@ BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_TO_RUN="${FUZZ_SECONDS:-60}"
 REQUEST_SECONDS="${REQUEST_FUZZ_SECONDS:-30}"
 HTTP_SECONDS="${HTTP_FUZZ_SECONDS:-30}"
-TARGETS="${FUZZ_TARGETS:-gguf request http}"
+TARGETS="${FUZZ_TARGETS:-gguf request http upstream}"
 JOBS="${FUZZ_JOBS:-1}"
 CC_BIN="${CC:-clang}"
 CXX_BIN="${CXX:-clang++}"
@@ -45,7 +48,9 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DCMAKE_C_FLAGS="$SAN_FLAGS" -DCMAKE_CXX_FLAGS="$SAN_FLAGS" \
   -DTIERSERVE_FUZZ=ON -DTIERSERVE_SANITIZE=ON -DTIERSERVE_TESTS=OFF -DTIERSERVE_BENCH=OFF >/dev/null
 build_targets=()
-for t in $TARGETS; do build_targets+=("${t}_fuzz"); done
+for t in $TARGETS; do
+  if [[ "$t" == upstream ]]; then build_targets+=(upstream_sanitized_test); else build_targets+=("${t}_fuzz"); fi
+done
 cmake --build "$BUILD" --target "${build_targets[@]}" -j"${FUZZ_BUILD_JOBS:-2}"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
@@ -97,6 +102,9 @@ for t in $TARGETS; do
     gguf) fuzz_one gguf "$SECONDS_TO_RUN" 65536 "$ROOT/fuzz/gguf.dict" "$ROOT/fuzz/seeds" "$ROOT/tests/data/gguf_bad" ;;
     request) fuzz_one request "$REQUEST_SECONDS" 8192 "$ROOT/fuzz/request.dict" "$ROOT/fuzz/request_seeds" ;;
     http) fuzz_one http "$HTTP_SECONDS" 8192 "$ROOT/fuzz/http.dict" "$ROOT/fuzz/http_seeds" ;;
-    *) echo "fuzz.sh: unknown target '$t' (gguf, request, http)" >&2; exit 2 ;;
+    upstream)
+      echo "fuzz.sh: the gateway's upstream client under ASan and UBSan"
+      "$BUILD/fuzz/upstream_sanitized_test" ;;
+    *) echo "fuzz.sh: unknown target '$t' (gguf, request, http, upstream)" >&2; exit 2 ;;
   esac
 done

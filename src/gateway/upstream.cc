@@ -251,10 +251,12 @@ void Call::finish(UpstreamError e, const std::string& detail) {
   if (done_) return;
   done_ = true;
   if (conn_) {
+    // Closed, not released: a read or write still pending on it completes (aborted) into
+    // the connection's buffer, so the connection lives as long as the call, whose pending
+    // handlers hold it.
     beast::error_code ignored;
     conn_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     conn_->stream.socket().close(ignored);
-    conn_.reset();
   }
   if (h_.on_end) h_.on_end(e, detail);
   h_ = {};  // drop the captures (they hold the client's exchange)
