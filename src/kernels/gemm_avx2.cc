@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "act.h"
 #include "gemm_avx2.h"
@@ -84,6 +85,7 @@ struct Tokens {
   const int32_t* corr[T];
   const float* s[T];
   const int16_t* xs[T];
+  int64_t nb = 0;  // blocks per row (tile32: to find a block in the unpacked panel)
   Tokens(const Act& a, int t0) {
     for (int t = 0; t < T; ++t) {
       q[t] = a.at(a.qs, t0 + t);
@@ -98,12 +100,59 @@ struct Tokens {
 // ---------------------------------------------------------------------------------------
 // 32-element blocks.
 
+// The levels of vector h (0..3) of one half of a nibble type's block g: lo (columns 4h..,
+// low nibbles) and hi (16 + 4h.., high nibbles), each 8 rows x 4 columns, with Q5's fifth
+// bits or-ed in.
+template <DType W>
+TS_INLINE void unpack_pair(const uint8_t* g, int half, int h, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load256(g + 64 * h + 32 * half);
+  lo = _mm256_and_si256(v, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
+    lo = _mm256_or_si256(lo, expand_mask(g + pq5_0::kHbit + 16 * h, half, 0x10));
+    hi = _mm256_or_si256(hi, expand_mask(g + pq5_0::kHbit + 16 * h + 8, half, 0x10));
+  }
+}
+
+// A nibble type's panel with its levels unpacked to bytes, once for the many tiles of a
+// prompt's tokens (each tile would unpack every block again): per half, per block, lo[h]
+// and hi[h] of unpack_pair for h = 0..3 in that order, so that a tile's walk over one half
+// reads them in order.
+constexpr int kPreBlockBytes = 256;
+
+template <DType W>
+void unpack_panel(const uint8_t* panel, int64_t nb, int n_rows, uint8_t* out) {
+  constexpr int kG = group_bytes32<W>();
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    uint8_t* o = out + half * nb * kPreBlockBytes;
+    for (int64_t b = 0; b < nb; ++b, o += kPreBlockBytes) {
+      TS_UNROLL
+      for (int h = 0; h < 4; ++h) {
+        __m256i lo, hi;
+        unpack_pair<W>(panel + b * kG, half, h, lo, hi);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 64 * h), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 64 * h + 32), hi);
+      }
+    }
+  }
+}
+
+// A 32-byte aligned scratch buffer per thread for unpack_panel.
+uint8_t* pre_buffer(int64_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < size_t(bytes) + 32) buf.resize(size_t(bytes) + 32);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((32 - (p & 31)) & 31);
+}
+
 // One block (32 columns) of one half (8 rows) for T tokens, added to acc. next: 0, or
 // where the same block of the next panel is (the panel's first tile of several tokens).
-template <DType W, int T>
-TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T>& tk, int64_t next, __m256* acc) {
+// kPre: the levels come from pre, the panel's unpacked levels (unpack_panel).
+template <DType W, int T, bool kPre>
+TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T>& tk, int64_t next, const uint8_t* pre,
+                       __m256* acc) {
   constexpr int kG = group_bytes32<W>();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   const uint8_t* g = panel + b * kG;
   const __m256 dw = load_half8(g + d_offset32<W>() + 16 * half);
   // One token (decode) walks both halves block by block and its loop per block is short,
@@ -121,7 +170,7 @@ TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T
     constexpr int kAhead = 8;
     if (half == 0) prefetch_part<kG, 1>(g + kAhead * kG, 0);
   } else {
-    if (next != 0 && half == 0) prefetch_group_l2<kG>(g + next);
+    if (next != 0 && half == 0 && !kPre) prefetch_group_l2<kG>(g + next);
   }
   __m256i isum[T];
   if constexpr (W == DType::Q8_0) {
@@ -146,12 +195,13 @@ TS_INLINE void block32(const uint8_t* panel, int64_t b, int half, const Tokens<T
     __m256i p0[T], p1[T];
     TS_UNROLL
     for (int h = 0; h < 4; ++h) {
-      const __m256i v = load256(g + 64 * h + 32 * half);
-      __m256i lo = _mm256_and_si256(v, m4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      if constexpr (W == DType::Q5_0 || W == DType::Q5_1) {
-        lo = _mm256_or_si256(lo, expand_mask(g + pq5_0::kHbit + 16 * h, half, 0x10));
-        hi = _mm256_or_si256(hi, expand_mask(g + pq5_0::kHbit + 16 * h + 8, half, 0x10));
+      __m256i lo, hi;
+      if constexpr (kPre) {
+        const uint8_t* u = pre + (half * tk.nb + b) * kPreBlockBytes + 64 * h;
+        lo = load256(u);
+        hi = load256(u + 32);
+      } else {
+        unpack_pair<W>(g, half, h, lo, hi);
       }
       TS_UNROLL
       for (int t = 0; t < T; ++t) {
@@ -214,15 +264,17 @@ TS_INLINE void walk_panel(int64_t nb, int n_rows, float* y, int64_t ys, int t0, 
   }
 }
 
-template <DType W, int T>
-void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
-  const Tokens<T> tk(act, t0);
+template <DType W, int T, bool kPre = false>
+void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, int64_t ys, int n_rows,
+            const uint8_t* pre = nullptr) {
+  Tokens<T> tk(act, t0);
+  tk.nb = nb;
   // The panel's first tile (matmul.cc's run_panels starts each panel at token 0) requests
   // the next one. Panels are consecutive where they are pre-packed; elsewhere (a panel
   // packed on the fly, past the last panel) the requests are of no use but harmless.
   const int64_t next = T > 1 && t0 == 0 ? nb * group_bytes32<W>() : 0;
   walk_panel<T>(nb, n_rows, y, ys, t0, [&](int64_t b, int half, __m256* acc) TS_LAMBDA_INLINE {
-    block32<W, T>(panel, b, half, tk, next, acc);
+    block32<W, T, kPre>(panel, b, half, tk, next, pre, acc);
   });
 }
 
@@ -406,6 +458,16 @@ void tail(int n, const uint8_t* panel, int64_t nb, const Act& act, int t0, float
   }
 }
 
+// Whether a nibble type's panel is unpacked once for a call's tiles (unpack_panel), from how
+// many tokens: for Q5_0 and Q5_1, whose fifth bits cost 5 vector ops per level vector and
+// tile. Zen 5, kernels_bench matmul/<type>/avx2 896x4864 and 4096x2048, t1, medians of 5
+// alternating runs: Q5_0 1.31-1.42x faster with 16 and 32 tokens, 1.52-1.66x with 128 and
+// 512; Q4_0 and Q4_1 (an and and a shift per level vector) 0.81-0.93x with 16 and 32
+// tokens, 0.96-1.09x with more, so they unpack per tile.
+template <DType W>
+constexpr bool kPreUnpack = W == DType::Q5_0 || W == DType::Q5_1;
+constexpr int kPreMinTokens = 16;
+
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
   constexpr bool kK = W == DType::Q4_K || W == DType::Q5_K || W == DType::Q6_K;
@@ -415,6 +477,14 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
   int t = t0;
   const int end = t0 + nt;
+  if constexpr (kPreUnpack<W>) {
+    if (nt >= kPreMinTokens) {
+      uint8_t* pre = pre_buffer(2 * nb * kPreBlockBytes);
+      unpack_panel<W>(panel, nb, n_rows, pre);
+      for (; t + kT <= end; t += kT) tile32<W, kT, true>(panel, nb, act, t, y, ys, n_rows, pre);
+      return tail<kT - 1, W>(end - t, panel, nb, act, t, y, ys, n_rows);
+    }
+  }
   for (; t + kT <= end; t += kT) tile<kT, W>(panel, nb, act, t, y, ys, n_rows);
   tail<kT - 1, W>(end - t, panel, nb, act, t, y, ys, n_rows);
 }
