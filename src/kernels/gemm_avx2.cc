@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "act.h"
 #include "gemm_avx2.h"
@@ -136,14 +135,6 @@ void unpack_panel(const uint8_t* panel, int64_t nb, int n_rows, uint8_t* out) {
       }
     }
   }
-}
-
-// A 32-byte aligned scratch buffer per thread for unpack_panel.
-uint8_t* pre_buffer(int64_t bytes) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < size_t(bytes) + 32) buf.resize(size_t(bytes) + 32);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((32 - (p & 31)) & 31);
 }
 
 // One block (32 columns) of one half (8 rows) for T tokens, added to acc. next: 0, or
@@ -479,7 +470,7 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
   const int end = t0 + nt;
   if constexpr (kPreUnpack<W>) {
     if (nt >= kPreMinTokens) {
-      uint8_t* pre = pre_buffer(2 * nb * kPreBlockBytes);
+      uint8_t* pre = thread_scratch(Scratch::kUnpackedLevels, 2 * nb * kPreBlockBytes);
       unpack_panel<W>(panel, nb, n_rows, pre);
       for (; t + kT <= end; t += kT) tile32<W, kT, true>(panel, nb, act, t, y, ys, n_rows, pre);
       return tail<kT - 1, W>(end - t, panel, nb, act, t, y, ys, n_rows);

@@ -190,13 +190,6 @@ void unpack_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
   }
 }
 
-// A 64-byte aligned scratch buffer per thread for unpack_panel.
-uint8_t* pre_buffer(int64_t bytes) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < size_t(bytes) + 64) buf.resize(size_t(bytes) + 64);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - (p & 63)) & 63);
-}
 
 // One block of a tile of T tokens (all addresses fixed offsets from x): the integer sums,
 // then acc[t] += float(sum) * (dw * dx) as in tile32.
@@ -667,7 +660,7 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
     if (act.ktiles && t0 % Act::kKTileTokens == 0) {
       uint8_t* pre = nullptr;
       if (kPreUnpackK<W> && nt > kPreMinTilesK * Act::kKTileTokens) {
-        pre = pre_buffer(nb * kPreKBytes);
+        pre = thread_scratch(Scratch::kUnpackedLevels, nb * kPreKBytes);
         unpack_panel_k<W>(panel, nb, pre);
       }
       const auto kq = [&]<int T, bool kPre, bool kPf>(const uint8_t* x, int t) {
@@ -682,7 +675,7 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
       // unpacking they save: measured with 16 tokens).
       uint8_t* pre = nullptr;
       if (kPreUnpack<W> && nt > 2 * Act::kTileTokens) {
-        pre = pre_buffer(nb * kPreBytes);
+        pre = thread_scratch(Scratch::kUnpackedLevels, nb * kPreBytes);
         unpack_panel<W>(panel, nb, pre);
       }
       const auto q32 = [&]<int T, bool kPre, bool kPf>(const uint8_t* x, int t) {
@@ -746,7 +739,7 @@ void unpack_levels(DType t, const uint8_t* panel, int64_t n_blocks, uint8_t* out
   }
 }
 
-uint8_t* scratch_levels(int64_t bytes) { return pre_buffer(bytes); }
+uint8_t* scratch_levels(int64_t bytes) { return thread_scratch(Scratch::kUnpackedLevels, bytes); }
 
 PanelGemmFn quant_gemm(DType t) {
   switch (t) {

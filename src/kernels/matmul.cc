@@ -16,6 +16,15 @@
 #include "panel.h"
 
 namespace ts::kernels {
+
+uint8_t* thread_scratch(Scratch use, int64_t bytes) {
+  thread_local std::vector<uint8_t> bufs[2];
+  std::vector<uint8_t>& buf = bufs[use == Scratch::kPackedPanel ? 0 : 1];
+  if (buf.size() < size_t(bytes) + 64) buf.resize(size_t(bytes) + 64);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - (p & 63)) & 63);
+}
+
 namespace {
 
 int64_t n_panels(int64_t n_rows) { return (n_rows + kPanelRows - 1) / kPanelRows; }
@@ -33,13 +42,6 @@ void check_view(const WeightView& w) {
   TS_CHECK(w.n_cols % traits(w.type).block_size == 0);
 }
 
-// A scratch panel per thread for packing a WeightView on the fly.
-uint8_t* scratch_panel(int64_t bytes) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < size_t(bytes) + 64) buf.resize(size_t(bytes) + 64);
-  uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - (p & 63)) & 63);
-}
 
 // Y of panels [p0, p1) of w for all tokens of `act`; `packed` may be null (pack on the fly).
 void run_panels(const TypeTraits& tr, const WeightView& w, const uint8_t* packed, int64_t packed_panel_bytes,
@@ -48,7 +50,7 @@ void run_panels(const TypeTraits& tr, const WeightView& w, const uint8_t* packed
   const bool in_place = !is_panel_type(w.type);
   const int64_t pb = in_place ? 0 : panel_bytes(w.type, w.n_cols);
   const auto* data = static_cast<const uint8_t*>(w.data);
-  uint8_t* scratch = (in_place || packed) ? nullptr : scratch_panel(pb);
+  uint8_t* scratch = (in_place || packed) ? nullptr : thread_scratch(Scratch::kPackedPanel, pb);
   for (int64_t p = p0; p < p1; ++p) {
     const int rows = int(std::min<int64_t>(kPanelRows, w.n_rows - p * kPanelRows));
     const uint8_t* panel;

@@ -42,6 +42,12 @@ namespace ts::kernels {
 
 inline constexpr int kPanelRows = 16;
 
+// The kernels' 64-byte aligned scratch buffers, one per thread and use, grown to at least
+// `bytes` (matmul.cc): a panel packed on the fly, and the levels a tile call unpacks once
+// for its tiles (used at the same time, so two buffers).
+enum class Scratch { kPackedPanel, kUnpackedLevels };
+uint8_t* thread_scratch(Scratch use, int64_t bytes);
+
 namespace pq8_0 {
 inline constexpr int kQs = 0, kD = 512, kBytes = 544;
 }
