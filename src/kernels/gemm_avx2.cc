@@ -278,9 +278,31 @@ TS_INLINE __m256i scale_pairs(const uint8_t* sc16) {
   return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
+// Q4_K levels unpacked once per call (as unpack_panel): per half, per super-block, the
+// level vectors of block_kx's loops over (c, hi_nib, h).
+constexpr int kPreKBytes = 2048;
+
+void unpack_panel_q4k(const uint8_t* panel, int64_t nsb, int n_rows, uint8_t* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int half = 0; half < 2 && 8 * half < n_rows; ++half) {
+    uint8_t* o = out + half * nsb * kPreKBytes;
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const uint8_t* g = panel + sb * pq4_k::kBytes;
+      for (int c = 0; c < 4; ++c)
+        for (int hi_nib = 0; hi_nib < 2; ++hi_nib)
+          for (int h = 0; h < 8; ++h, o += 32) {
+            const __m256i v = load256(g + pq4_k::nib(c, h) + 32 * half);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(o), hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)
+                                                                      : _mm256_and_si256(v, m4));
+          }
+    }
+  }
+}
+
 // Super-block sb of one half for T tokens, added to acc.
-template <DType W, int T>
-TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens<T>& tk, __m256* acc) {
+template <DType W, int T, bool kPre = false>
+TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens<T>& tk, const uint8_t* pre,
+                        __m256* acc) {
   constexpr bool kQ5 = W == DType::Q5_K;
   constexpr int kG = kQ5 ? pq5_k::kBytes : pq4_k::kBytes;
   constexpr int kSc = kQ5 ? pq5_k::kSc : pq4_k::kSc;
@@ -295,7 +317,7 @@ TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens
   // Sub-block 2c + hi_nib: the low (hi_nib = 0) or high nibbles of chunk c's vectors,
   // one pass each, so that only two sums per token are live (four tokens fit).
   for (int c = 0; c < 4; ++c) {
-    prefetch_step<T, kG, 4>(g, half, c);
+    if constexpr (!kPre) prefetch_step<T, kG, 4>(g, half, c);
     TS_UNROLL
     for (int hi_nib = 0; hi_nib < 2; ++hi_nib) {
       const __m256i sc = scale_pairs(g + kSc + 32 * c + 16 * hi_nib + 8 * half);
@@ -303,8 +325,13 @@ TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens
       __m256i a[T];
       TS_UNROLL
       for (int h = 0; h < 8; ++h) {
-        const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
-        __m256i w = hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+        __m256i w;
+        if constexpr (kPre) {
+          w = load256(pre + (half * tk.nb + sb) * kPreKBytes + 32 * (16 * c + 8 * hi_nib + h));
+        } else {
+          const __m256i v = load256(g + (kQ5 ? pq5_k::nib(c, h) : pq4_k::nib(c, h)) + 32 * half);
+          w = hi_nib ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+        }
         if constexpr (kQ5) w = _mm256_or_si256(w, expand_mask(g + pq5_k::hbit(c, h, 0) + 8 * hi_nib, half, 0x10));
         TS_UNROLL
         for (int t = 0; t < T; ++t) {
@@ -332,11 +359,14 @@ TS_INLINE void block_kx(const uint8_t* panel, int64_t sb, int half, const Tokens
   }
 }
 
-template <DType W, int T>
-void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows) {
-  const Tokens<T> tk(act, t0);
-  walk_panel<T>(nsb, n_rows, y, ys, t0,
-                [&](int64_t sb, int half, __m256* acc) TS_LAMBDA_INLINE { block_kx<W, T>(panel, sb, half, tk, acc); });
+template <DType W, int T, bool kPre = false>
+void tile_kx(const uint8_t* panel, int64_t nsb, const Act& act, int t0, float* y, int64_t ys, int n_rows,
+             const uint8_t* pre = nullptr) {
+  Tokens<T> tk(act, t0);
+  tk.nb = nsb;
+  walk_panel<T>(nsb, n_rows, y, ys, t0, [&](int64_t sb, int half, __m256* acc) TS_LAMBDA_INLINE {
+    block_kx<W, T, kPre>(panel, sb, half, tk, pre, acc);
+  });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -454,10 +484,14 @@ void tail(int n, const uint8_t* panel, int64_t nb, const Act& act, int t0, float
 // tile. Zen 5, kernels_bench matmul/<type>/avx2 896x4864 and 4096x2048, t1, medians of 5
 // alternating runs: Q5_0 1.31-1.42x faster with 16 and 32 tokens, 1.52-1.66x with 128 and
 // 512; Q4_0 and Q4_1 (an and and a shift per level vector) 0.81-0.93x with 16 and 32
-// tokens, 0.96-1.09x with more, so they unpack per tile.
+// tokens, 0.96-1.09x with more, so they unpack per tile. Q4_K (an and, and for the high
+// nibbles a shift, per level vector) from 64 tokens: 7 alternating runs, 896x4864 and
+// 4096x2048, 0.90-0.97x with 16 tokens, 1.02-1.19x with 128, 1.15x with 512; 512-token
+// prompts of 110m Q4_K_M +5.8% / +9.2% at 1 / 2 threads (7 and 5 alternations). Q6_K
+// measured 0.80-1.31x in two sets of runs and nothing end to end: per tile.
 template <DType W>
-constexpr bool kPreUnpack = W == DType::Q5_0 || W == DType::Q5_1;
-constexpr int kPreMinTokens = 16;
+constexpr bool kPreUnpack = W == DType::Q5_0 || W == DType::Q5_1 || W == DType::Q4_K;
+constexpr int kPreMinTokens = 16, kPreMinTokensK = 64;
 
 template <DType W>
 void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int nt, float* y, int64_t ys) {
@@ -469,10 +503,16 @@ void gemm(const uint8_t* panel, int64_t, int n_rows, const Act& act, int t0, int
   int t = t0;
   const int end = t0 + nt;
   if constexpr (kPreUnpack<W>) {
-    if (nt >= kPreMinTokens) {
-      uint8_t* pre = thread_scratch(Scratch::kUnpackedLevels, 2 * nb * kPreBlockBytes);
-      unpack_panel<W>(panel, nb, n_rows, pre);
-      for (; t + kT <= end; t += kT) tile32<W, kT, true>(panel, nb, act, t, y, ys, n_rows, pre);
+    if (nt >= (W == DType::Q4_K ? kPreMinTokensK : kPreMinTokens)) {
+      if constexpr (W == DType::Q4_K) {
+        uint8_t* pre = thread_scratch(Scratch::kUnpackedLevels, 2 * nb * kPreKBytes);
+        unpack_panel_q4k(panel, nb, n_rows, pre);
+        for (; t + kT <= end; t += kT) tile_kx<W, kT, true>(panel, nb, act, t, y, ys, n_rows, pre);
+      } else {
+        uint8_t* pre = thread_scratch(Scratch::kUnpackedLevels, 2 * nb * kPreBlockBytes);
+        unpack_panel<W>(panel, nb, n_rows, pre);
+        for (; t + kT <= end; t += kT) tile32<W, kT, true>(panel, nb, act, t, y, ys, n_rows, pre);
+      }
       return tail<kT - 1, W>(end - t, panel, nb, act, t, y, ys, n_rows);
     }
   }

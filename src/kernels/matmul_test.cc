@@ -273,6 +273,21 @@ TEST(Matmul, EveryKQuantTileShapeEqualsVecDot) {
   }
 }
 
+// Calls of many tokens, where a path may unpack a panel's levels once for all its tiles
+// (AVX2 Q4_K from 64 tokens, AVX-512 Q5_K and Q6_K from 17): from the first token, a later
+// group, and from inside a group; one call just at the AVX2 threshold and one below it.
+TEST(Matmul, KQuantPanelsUnpackedOnceEqualVecDot) {
+  Rng rng(18);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t n_tok : {64, 72, 77}) {
+      Problem p(rng, t, 19, cols_for(t, 2), n_tok);
+      ActBuffer ab;
+      const Act& act = ab.prepare(t, p.x.data(), p.n_cols, p.n_cols, int(n_tok), nullptr);
+      expect_gemm_from(p, t, act, {0, Act::kKTileTokens, 3});
+    }
+  }
+}
+
 // The AMX kernels (on AMX CPUs the tiles, elsewhere their software emulation; compared
 // through gemm_paths): groups of 16 tokens and a remainder, one or more blocks (the next
 // block's tile multiply is issued before this one's float work), calls starting at a
