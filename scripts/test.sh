@@ -2,8 +2,9 @@
 # Sets up everything the test suite needs and runs it: Debian packages, a Release build,
 # the default models, the Python environment (openai SDK), llama-server built from the
 # pinned llama.cpp, every CTest test (twice: the
-# second time with the AMX kernels emulated), then the GGUF and HTTP-request parser
-# fuzzers for a bounded time each (scripts/fuzz.sh).
+# second time with the AMX kernels emulated), then the GGUF, request and HTTP-framing
+# fuzzers for a bounded time each and the gateway's upstream client under ASan
+# (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -27,5 +28,5 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 # expected everywhere; about 100 s on 2 cores).
 echo "[test] running ctest with TIERSERVE_ISA=amx-emulated"
 TIERSERVE_ISA=amx-emulated ctest --test-dir build --output-on-failure -j2 --timeout 900
-echo "[test] fuzzing the GGUF reader and the request parser"
+echo "[test] fuzzing the GGUF reader, the request parser and the HTTP framing; the upstream client under ASan"
 bash scripts/fuzz.sh
