@@ -16,7 +16,9 @@
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 

@@ -420,7 +420,7 @@ void run(const uint8_t* panel, int n_rows, const Act& act, int t0, int nt, float
   const int64_t nb = act.n_cols / (kK ? kQKK : kQK);
   const uint8_t* levels = nullptr;
   if constexpr (W != DType::Q8_0) {
-    uint8_t* buf = avx512::scratch_levels(nb * (kK ? kUnpackedK : kUnpacked32));
+    uint8_t* buf = thread_scratch(Scratch::kUnpackedLevels, nb * (kK ? kUnpackedK : kUnpacked32));
     avx512::unpack_levels(W, panel, nb, buf);
     levels = buf;
   }

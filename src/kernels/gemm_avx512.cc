@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "act.h"
 #include "gemm_avx512.h"
@@ -165,11 +164,6 @@ void tile32(const uint8_t* panel, int64_t nb, const Act& act, int t0, float* y, 
   for (int t = 0; t < T; ++t) store_rows(y + (t0 + t) * ys, acc[t], n_rows);
 }
 
-// The tiles of several tokens request the same block of the next panel
-// (prefetch_group_l2, prefetch.h). Panels are consecutive where they are pre-packed; past
-// the last panel, or after a panel packed on the fly, the addresses are of no use but
-// harmless (prefetches never fault).
-
 // Unpacked levels of a panel (the 8 vectors of unpack32 per block), so that the tiles of
 // many tokens unpack each block once instead of once per tile.
 constexpr int kPreBytes = kUnpacked32;
@@ -189,7 +183,6 @@ void unpack_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
     }
   }
 }
-
 
 // One block of a tile of T tokens (all addresses fixed offsets from x): the integer sums,
 // then acc[t] += float(sum) * (dw * dx) as in tile32.
@@ -738,8 +731,6 @@ void unpack_levels(DType t, const uint8_t* panel, int64_t n_blocks, uint8_t* out
       return;
   }
 }
-
-uint8_t* scratch_levels(int64_t bytes) { return thread_scratch(Scratch::kUnpackedLevels, bytes); }
 
 PanelGemmFn quant_gemm(DType t) {
   switch (t) {

@@ -21,7 +21,5 @@ ToFloatFn to_float(DType t);      // float_avx512.cc: dequantization
 //     (columns 16j) at 64 * (16 (2n + q) + 8 hh + 4 half), levels q + 32 (unsigned 6 bits).
 inline constexpr int kUnpacked32 = 512, kUnpackedK = 4096;
 void unpack_levels(DType t, const uint8_t* panel, int64_t n_blocks, uint8_t* out);
-// A 64-byte aligned scratch buffer of at least `bytes`, one per thread (reused).
-uint8_t* scratch_levels(int64_t bytes);
 
 }  // namespace ts::kernels::avx512

@@ -42,7 +42,6 @@ void check_view(const WeightView& w) {
   TS_CHECK(w.n_cols % traits(w.type).block_size == 0);
 }
 
-
 // Y of panels [p0, p1) of w for all tokens of `act`; `packed` may be null (pack on the fly).
 void run_panels(const TypeTraits& tr, const WeightView& w, const uint8_t* packed, int64_t packed_panel_bytes,
                 const Act& act, float* y, int64_t y_stride, int64_t p0, int64_t p1) {

@@ -30,7 +30,9 @@ inline __attribute__((always_inline)) void prefetch_part(const uint8_t* next, in
 // a tile of several tokens. With several tokens a panel is compute bound, and while it runs
 // the hardware prefetchers alone keep too few of the next panel's DRAM reads in flight (a
 // 16-token step of Gemma 3 270M's output projection took the sum of its compute and its
-// DRAM time); requested a panel ahead, the reads overlap the panel's compute.
+// DRAM time); requested a panel ahead, the reads overlap the panel's compute. Panels are
+// consecutive where they are pre-packed; past the last panel, or after a panel packed on
+// the fly, the addresses are of no use but harmless (prefetches never fault).
 template <int kBytes>
 inline __attribute__((always_inline)) void prefetch_group_l2(const uint8_t* g) {
   _Pragma("GCC unroll 16") for (int off = 0; off < kBytes; off += 64)
